@@ -1,0 +1,3 @@
+from deskllm.cli import main
+
+raise SystemExit(main())

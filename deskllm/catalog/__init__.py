@@ -1,0 +1,1 @@
+"""Model files: GGUF header reading, quantization names (and, later, the Hugging Face catalog)."""

@@ -1,0 +1,105 @@
+"""Crash-safe probe: do llama.cpp's extra buffer types (weight repacking, AMX) work here?
+
+On some machines the CPU advertises AMX but the hypervisor does not run it, and the first decode
+with the AMX buffer type segfaults inside ggml. The probe loads a small model with extra buffers
+on in a throwaway child process and decodes a few tokens; a crash there only means "off". The
+answer is remembered per engine build and CPU, since both decide it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import multiprocessing
+import os
+import platform
+import time
+from pathlib import Path
+
+from deskllm import paths
+
+log = logging.getLogger("deskllm.engine")
+
+PROBE_TIMEOUT_S = 120.0
+
+
+def _probe_child(model_path: str) -> None:
+    from deskllm.engine.protocol import LoadParams, Sampling
+    from deskllm.engine.runtime import LlamaRuntime
+
+    runtime = LlamaRuntime(
+        LoadParams(model_path=model_path, n_ctx=256, n_threads=1, n_batch=64), True
+    )
+    runtime.eval_prompt(runtime.tokenize("The quick brown fox jumps over the lazy dog."))
+    for _ in runtime.generate(Sampling(temperature=0.0, max_tokens=4), 4):
+        pass
+    runtime.close()
+
+
+def _cpu_flags() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith(("flags", "Features")):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def build_key() -> str:
+    """Engine library identity + CPU identity."""
+    import llama_cpp
+
+    lib_path = getattr(getattr(llama_cpp.llama_cpp, "_lib", None), "_name", "") or ""
+    try:
+        st = os.stat(lib_path)
+        lib_id = f"{lib_path}:{st.st_size}:{st.st_mtime_ns}"
+    except OSError:
+        lib_id = lib_path
+    blob = f"{llama_cpp.__version__}|{lib_id}|{platform.machine()}|{_cpu_flags()}"
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _cache_file() -> Path:
+    return paths.probe_cache_dir() / f"extra-bufts-{build_key()}.json"
+
+
+def extra_bufts_work(model_path: str | None, refresh: bool = False) -> bool:
+    """True when extra buffer types are safe to use; probes once per build and CPU."""
+    cache = _cache_file()
+    if not refresh and cache.is_file():
+        try:
+            return bool(json.loads(cache.read_text())["works"])
+        except (OSError, ValueError, KeyError):
+            pass
+    if model_path is None:
+        return False  # nothing to probe with: the safe choice
+    started = time.perf_counter()
+    ctx = multiprocessing.get_context("spawn")
+    child = ctx.Process(target=_probe_child, args=(model_path,), name="deskllm-bufts-probe")
+    child.start()
+    child.join(PROBE_TIMEOUT_S)
+    if child.is_alive():
+        child.kill()
+        child.join()
+    works = child.exitcode == 0
+    result = {
+        "works": works,
+        "exitcode": child.exitcode,
+        "model": model_path,
+        "seconds": round(time.perf_counter() - started, 2),
+    }
+    if not works:
+        log.warning(
+            "llama.cpp's extra buffer types crash on this machine (probe exit %s); "
+            "using plain CPU buffers",
+            child.exitcode,
+        )
+    if child.exitcode is not None and child.exitcode > 0:
+        return False  # an ordinary error (unreadable model): not an answer worth remembering
+    tmp = cache.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result))
+    os.replace(tmp, cache)
+    return works

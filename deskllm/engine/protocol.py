@@ -1,0 +1,178 @@
+"""Typed messages between the engine client and its worker process (pickled over a pipe).
+
+Requests go in: Load, Chat, Cancel, Unload, Status, Shutdown.
+Events come out: LoadProgress, Loaded, TextDelta, Metrics, Done, Error, StatusReport, and the
+client adds Exited when the worker process dies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class LoadParams:
+    """How to load a model. n_ctx 0: the model's training context capped at DEFAULT_CTX_CAP."""
+
+    model_path: str
+    n_ctx: int = 0
+    n_threads: int = 0  # 0: physical cores
+    n_batch: int = 512
+    n_gpu_layers: int = 0
+    kv_type: str = "f16"  # f16 | q8_0 | q4_0 (quantized V needs flash_attn)
+    flash_attn: bool = False
+    use_extra_bufts: bool | None = None  # None: decided by the crash-safe probe
+    kv_ram_budget_mb: int = 512
+    kv_disk_budget_mb: int = 2048
+    kv_disk_dir: str = ""
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float = 0.7
+    top_p: float = 0.95
+    top_k: int = 40
+    min_p: float = 0.05
+    repeat_penalty: float = 1.1
+    repeat_last_n: int = 64
+    seed: int = -1  # -1: random
+    max_tokens: int = 512
+    stop: tuple[str, ...] = ()
+    ignore_eos: bool = False  # benchmarks: generate exactly max_tokens
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> Sampling:
+        data = dict(data or {})
+        if "stop" in data:
+            data["stop"] = tuple(data["stop"])
+        known = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    role: str
+    content: str
+
+
+# Requests ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Load:
+    params: LoadParams
+
+
+@dataclass(frozen=True)
+class Chat:
+    request_id: int
+    conversation_id: str
+    messages: tuple[ChatMessage, ...]
+    sampling: Sampling = field(default_factory=Sampling)
+
+
+@dataclass(frozen=True)
+class Cancel:
+    pass
+
+
+@dataclass(frozen=True)
+class Unload:
+    pass
+
+
+@dataclass(frozen=True)
+class Status:
+    pass
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    pass
+
+
+# Events --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LoadProgress:
+    fraction: float  # 0..1
+
+
+@dataclass(frozen=True)
+class Loaded:
+    model_path: str
+    n_ctx: int
+    n_ctx_train: int
+    n_gpu_layers: int
+    use_extra_bufts: bool
+    chat_template_source: str  # "model" | "fallback"
+    warnings: tuple[str, ...]
+    load_s: float
+    rss_bytes: int
+    buffers: dict[str, float]  # llama.cpp's "<name> buffer size = X MiB", in bytes
+    devices: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    request_id: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """Live figures for one reply. Times in seconds, speeds in tokens/s, memory in bytes."""
+
+    request_id: int
+    ttft_s: float | None = None
+    prompt_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens already in the KV cache (not evaluated)
+    evaluated_tokens: int = 0  # prompt tokens evaluated for this reply
+    restored_from: str | None = None  # "ram" | "disk" when the KV state was restored
+    pp_tps: float | None = None
+    generated_tokens: int = 0
+    tg_tps: float | None = None
+    itl_p50_ms: float | None = None
+    itl_p95_ms: float | None = None
+    n_past: int = 0  # tokens in context
+    n_ctx: int = 0
+    rss_bytes: int = 0
+    vram_bytes: int | None = None
+    device: str = "CPU"
+
+
+@dataclass(frozen=True)
+class Done:
+    request_id: int
+    finish_reason: str  # stop | length | cancelled
+    text: str
+    metrics: Metrics
+    dropped_messages: int = 0  # old turns left out to fit the context
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Error:
+    request_id: int | None
+    message: str
+    kind: str = "error"  # error | bad_model | context | busy | template
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    loaded: bool
+    model_path: str | None
+    n_ctx: int
+    busy: bool
+    cached_conversations: tuple[str, ...]
+    rss_bytes: int
+
+
+@dataclass(frozen=True)
+class Exited:
+    """The worker process ended without being asked to (crash, kill, out of memory)."""
+
+    reason: str
+    exitcode: int | None
+    request_id: int | None = None
+
+
+Event = LoadProgress | Loaded | TextDelta | Metrics | Done | Error | StatusReport | Exited

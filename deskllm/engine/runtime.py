@@ -1,0 +1,340 @@
+"""LlamaRuntime: one model and one context on llama.cpp's C API (through llama_cpp's ctypes).
+
+The C API is used directly rather than `llama_cpp.Llama` because the app needs what that class
+does not give: extra buffer types switched per machine, an abort callback for a long prompt,
+llama.cpp's native sampler chain with no per-token Python work beyond the loop itself, and the
+KV state of one sequence saved and restored without copying logits.
+Runs only inside the engine worker process.
+"""
+
+from __future__ import annotations
+
+import codecs
+import ctypes
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import llama_cpp as L
+
+from deskllm.engine.kv_cache import KvState
+from deskllm.engine.protocol import LoadParams, Sampling
+
+log = logging.getLogger("deskllm.engine")
+
+KV_TYPE_IDS = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 8}
+_BUFFER_RE = re.compile(r"\b(\S+) (model|KV|compute|output|RS) buffer size =\s+([\d.]+) MiB")
+
+_backend_ready = False
+_log_lines: list[str] = []
+
+
+class EngineError(RuntimeError):
+    """A failure to report to the user as it is (bad model file, context too small, ...)."""
+
+    def __init__(self, message: str, kind: str = "error") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class Cancelled(Exception):
+    pass
+
+
+@ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
+def _log_callback(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
+    # llama.cpp's own log: keep it off the terminal, keep buffer sizes for calibration.
+    line = text.decode("utf-8", "replace").rstrip()
+    if "buffer size" in line:
+        _log_lines.append(line)
+    if level == 2:  # GGML_LOG_LEVEL_ERROR... levels: 1 debug? keep errors visible in our log
+        log.debug("llama.cpp: %s", line)
+
+
+def _init_backend() -> None:
+    global _backend_ready
+    if not _backend_ready:
+        L.llama_log_set(_log_callback, None)
+        L.llama_backend_init()
+        _load_dynamic_backends()
+        _backend_ready = True
+
+
+def _load_dynamic_backends() -> None:
+    """Release builds (GGML_BACKEND_DL=ON) register no backend until they are loaded from the
+    library folder; llama.cpp then refuses every model. A missing GPU driver only makes that
+    backend's library fail to load, which ggml skips."""
+    from deskllm.hardware.engine_devices import library_dir, load_libraries
+
+    lib_dir = library_dir()
+    if lib_dir is None:
+        return
+    try:
+        ggml, _llama = load_libraries(lib_dir)
+    except OSError:
+        return
+    if ggml.ggml_backend_reg_count() == 0 and hasattr(ggml, "ggml_backend_load_all_from_path"):
+        ggml.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
+        ggml.ggml_backend_load_all_from_path(str(lib_dir).encode())
+
+
+@dataclass
+class PromptResult:
+    cached: int  # tokens reused from the KV cache
+    evaluated: int  # tokens evaluated now
+    eval_s: float
+
+
+class LlamaRuntime:
+    def __init__(
+        self,
+        params: LoadParams,
+        use_extra_bufts: bool,
+        on_progress: Callable[[float], None] | None = None,
+    ) -> None:
+        _init_backend()
+        _log_lines.clear()
+        self.params = params
+        self.cancel_flag = threading.Event()
+        mparams = L.llama_model_default_params()
+        mparams.n_gpu_layers = params.n_gpu_layers
+        mparams.use_extra_bufts = use_extra_bufts
+
+        def progress(fraction: float, _user: ctypes.c_void_p) -> bool:
+            if on_progress:
+                on_progress(float(fraction))
+            return True
+
+        self._progress_cb = L.llama_progress_callback(progress)  # keep alive while loading
+        mparams.progress_callback = self._progress_cb
+        self.model = L.llama_model_load_from_file(params.model_path.encode(), mparams)
+        if not self.model:
+            raise EngineError(
+                f"llama.cpp could not load {params.model_path}: the file is not a model this "
+                "engine can read (corrupt, truncated or an unsupported architecture)",
+                kind="bad_model",
+            )
+        self.vocab = L.llama_model_get_vocab(self.model)
+        self.n_vocab = L.llama_vocab_n_tokens(self.vocab)
+        self.n_ctx_train = L.llama_model_n_ctx_train(self.model)
+        cparams = L.llama_context_default_params()
+        cparams.n_ctx = params.n_ctx
+        cparams.n_batch = params.n_batch
+        cparams.n_ubatch = params.n_batch
+        cparams.n_seq_max = 1
+        cparams.n_threads = params.n_threads
+        cparams.n_threads_batch = params.n_threads
+        cparams.type_k = KV_TYPE_IDS[params.kv_type]
+        cparams.type_v = KV_TYPE_IDS[params.kv_type]
+        cparams.flash_attn_type = (
+            L.LLAMA_FLASH_ATTN_TYPE_ENABLED
+            if params.flash_attn
+            else L.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        )
+        self.ctx = L.llama_init_from_model(self.model, cparams)
+        if not self.ctx:
+            L.llama_model_free(self.model)
+            raise EngineError(
+                f"llama.cpp could not create a context of {params.n_ctx} tokens for "
+                f"{params.model_path} (not enough memory, or KV type {params.kv_type} without "
+                "flash attention)",
+                kind="bad_model",
+            )
+        self.n_ctx = L.llama_n_ctx(self.ctx)
+        self.memory = L.llama_get_memory(self.ctx)
+        self.tokens: list[int] = []  # what the KV cache of sequence 0 holds
+        self.finish_reason = "stop"
+        self._abort_cb = L.ggml_abort_callback(lambda _data: self.cancel_flag.is_set())
+        self._piece_buf = ctypes.create_string_buffer(256)
+        self._one = (L.llama_token * 1)()
+        self.buffers = self._parse_buffers()
+
+    # Metadata ---------------------------------------------------------------------------------
+    def _parse_buffers(self) -> dict[str, float]:
+        sizes: dict[str, float] = {}
+        for line in _log_lines:
+            m = _BUFFER_RE.search(line)
+            if m:
+                key = f"{m.group(1)} {m.group(2)}"
+                sizes[key] = sizes.get(key, 0.0) + float(m.group(3)) * 1024 * 1024
+        return sizes
+
+    def chat_template(self) -> str | None:
+        raw = L.llama_model_chat_template(self.model, None)
+        return raw.decode("utf-8", "replace") if raw else None
+
+    def token_text(self, token: int) -> str:
+        raw = L.llama_vocab_get_text(self.vocab, token)
+        return raw.decode("utf-8", "replace") if raw else ""
+
+    @property
+    def bos_text(self) -> str:
+        bos = L.llama_vocab_bos(self.vocab)
+        return self.token_text(bos) if bos >= 0 else ""
+
+    @property
+    def eos_text(self) -> str:
+        eos = L.llama_vocab_eos(self.vocab)
+        return self.token_text(eos) if eos >= 0 else ""
+
+    def tokenize(self, text: str) -> list[int]:
+        raw = text.encode("utf-8")
+        add_bos = bool(L.llama_vocab_get_add_bos(self.vocab))
+        if add_bos and self.bos_text and text.startswith(self.bos_text):
+            add_bos = False  # the template already wrote BOS; a second one hurts quality
+        n_max = len(raw) + 8
+        buf = (L.llama_token * n_max)()
+        n = L.llama_tokenize(self.vocab, raw, len(raw), buf, n_max, add_bos, True)
+        if n < 0:
+            buf = (L.llama_token * -n)()
+            n = L.llama_tokenize(self.vocab, raw, len(raw), buf, -n, add_bos, True)
+        return list(buf[:n])
+
+    # KV state ---------------------------------------------------------------------------------
+    def save_state(self) -> KvState:
+        size = L.llama_state_seq_get_size(self.ctx, 0)
+        buf = (ctypes.c_uint8 * size)()
+        written = L.llama_state_seq_get_data(self.ctx, buf, size, 0)
+        return KvState(tuple(self.tokens), bytes(memoryview(buf)[:written]))
+
+    def restore_state(self, state: KvState) -> bool:
+        L.llama_memory_clear(self.memory, True)
+        self.tokens = []
+        data = (ctypes.c_uint8 * len(state.data)).from_buffer_copy(state.data)
+        if L.llama_state_seq_set_data(self.ctx, data, len(state.data), 0) == 0:
+            L.llama_memory_clear(self.memory, True)
+            return False
+        self.tokens = list(state.tokens)
+        return True
+
+    def clear(self) -> None:
+        L.llama_memory_clear(self.memory, True)
+        self.tokens = []
+
+    # Evaluation -------------------------------------------------------------------------------
+    def _truncate_to(self, n: int) -> None:
+        if n >= len(self.tokens):
+            return
+        if not L.llama_memory_seq_rm(self.memory, 0, n, -1):
+            # Some caches (sliding-window, recurrent) cannot drop a tail: start over.
+            self.clear()
+            return
+        del self.tokens[n:]
+
+    def eval_prompt(self, prompt: list[int]) -> PromptResult:
+        """Evaluate only what follows the longest common prefix with the KV cache."""
+        lcp = 0
+        limit = min(len(prompt), len(self.tokens))
+        while lcp < limit and prompt[lcp] == self.tokens[lcp]:
+            lcp += 1
+        if lcp == len(prompt):
+            lcp -= 1  # the last prompt token must be evaluated again to get its logits
+        self._truncate_to(lcp)
+        cached = len(self.tokens)
+        todo = prompt[cached:]
+        start = time.perf_counter()
+        # The abort callback costs a Python call per graph node: only while evaluating a prompt.
+        L.llama_set_abort_callback(self.ctx, self._abort_cb, None)
+        try:
+            # The last token goes alone: its logits then come out of the same one-token
+            # decode whether the rest was cached or not, so a seed repeats its reply
+            # (regenerate) instead of varying with how the prompt happened to be batched.
+            step = self.params.n_batch
+            head = todo[:-1]
+            chunks = [head[i : i + step] for i in range(0, len(head), step)] + [todo[-1:]]
+            for chunk in chunks:
+                arr = (L.llama_token * len(chunk))(*chunk)
+                rc = L.llama_decode(self.ctx, L.llama_batch_get_one(arr, len(chunk)))
+                if rc != 0:
+                    # Aborted or failed: keep only what was committed before this chunk.
+                    L.llama_memory_seq_rm(self.memory, 0, len(self.tokens), -1)
+                    if self.cancel_flag.is_set():
+                        raise Cancelled()
+                    raise EngineError(f"llama_decode failed ({rc}) while reading the prompt")
+                self.tokens.extend(chunk)
+        finally:
+            L.llama_set_abort_callback(self.ctx, ggml_abort_none, None)
+        return PromptResult(cached, len(todo), time.perf_counter() - start)
+
+    def make_sampler(self, s: Sampling, history: list[int]) -> ctypes.c_void_p:
+        chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
+        if s.repeat_penalty != 1.0 and s.repeat_last_n != 0:
+            L.llama_sampler_chain_add(
+                chain,
+                L.llama_sampler_init_penalties(
+                    self.n_vocab, s.repeat_last_n, s.repeat_penalty, 0.0, 0.0
+                ),
+            )
+        if s.ignore_eos:
+            eog = [t for t in range(self.n_vocab) if L.llama_vocab_is_eog(self.vocab, t)]
+            biases = (L.llama_logit_bias * len(eog))(
+                *(L.llama_logit_bias(t, float("-inf")) for t in eog)
+            )
+            L.llama_sampler_chain_add(
+                chain, L.llama_sampler_init_logit_bias(self.n_vocab, len(eog), biases)
+            )
+        if s.temperature <= 0:
+            L.llama_sampler_chain_add(chain, L.llama_sampler_init_greedy())
+        else:
+            if s.top_k > 0:
+                L.llama_sampler_chain_add(chain, L.llama_sampler_init_top_k(s.top_k))
+            if s.top_p < 1.0:
+                L.llama_sampler_chain_add(chain, L.llama_sampler_init_top_p(s.top_p, 1))
+            if s.min_p > 0:
+                L.llama_sampler_chain_add(chain, L.llama_sampler_init_min_p(s.min_p, 1))
+            L.llama_sampler_chain_add(chain, L.llama_sampler_init_temp(s.temperature))
+            seed = s.seed if s.seed >= 0 else 0xFFFFFFFF  # LLAMA_DEFAULT_SEED: random
+            L.llama_sampler_chain_add(chain, L.llama_sampler_init_dist(seed))
+        # The penalty window looks back into the prompt too, as llama.cpp's own tools do.
+        for token in history[-max(s.repeat_last_n, 0) :] if s.repeat_last_n > 0 else ():
+            L.llama_sampler_accept(chain, token)
+        return chain
+
+    def generate(self, sampling: Sampling, max_tokens: int) -> Iterator[tuple[int, str]]:
+        """Yield (token, text piece) until end of generation, max_tokens, a full context or a
+        cancel. The token sampled last is not evaluated: the next turn's prompt covers it."""
+        chain = self.make_sampler(sampling, self.tokens)
+        self.finish_reason = "length"
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        one, buf, ctx, vocab = self._one, self._piece_buf, self.ctx, self.vocab
+        sample, is_eog, to_piece = (
+            L.llama_sampler_sample,
+            L.llama_vocab_is_eog,
+            L.llama_token_to_piece,
+        )
+        decode, batch_one = L.llama_decode, L.llama_batch_get_one
+        try:
+            for _ in range(max_tokens):
+                if self.cancel_flag.is_set():
+                    raise Cancelled()
+                token = sample(chain, ctx, -1)
+                if is_eog(vocab, token):
+                    self.finish_reason = "stop"
+                    return
+                n = to_piece(vocab, token, buf, 256, 0, False)
+                piece = decoder.decode(buf.raw[:n]) if n > 0 else ""
+                yield token, piece
+                if len(self.tokens) >= self.n_ctx:
+                    self.finish_reason = "context_full"
+                    return
+                one[0] = token
+                rc = decode(ctx, batch_one(one, 1))
+                if rc != 0:
+                    raise EngineError(f"llama_decode failed ({rc}) while generating")
+                self.tokens.append(token)
+        finally:
+            L.llama_sampler_free(chain)
+
+    def close(self) -> None:
+        if getattr(self, "ctx", None):
+            L.llama_free(self.ctx)
+            self.ctx = None
+        if getattr(self, "model", None):
+            L.llama_model_free(self.model)
+            self.model = None
+
+
+ggml_abort_none = ctypes.cast(None, L.ggml_abort_callback)

@@ -1,0 +1,412 @@
+"""The engine worker process: owns llama.cpp, answers one request at a time.
+
+A reader thread takes requests off the pipe so that Cancel and Status are seen while the main
+thread is busy decoding; everything else is queued for the main thread.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import queue
+import threading
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+import psutil
+
+from deskllm.catalog.gguf_header import GgufError, read_header
+from deskllm.engine.chat_template import ChatTemplate, TemplateRefused
+from deskllm.engine.kv_cache import KvStateCache, make_guard, model_identity
+from deskllm.engine.protocol import (
+    Cancel,
+    Chat,
+    ChatMessage,
+    Done,
+    Error,
+    Load,
+    Loaded,
+    LoadProgress,
+    Metrics,
+    Shutdown,
+    Status,
+    StatusReport,
+    TextDelta,
+    Unload,
+)
+from deskllm.engine.stop_strings import StopMatcher
+
+log = logging.getLogger("deskllm.engine")
+
+METRICS_INTERVAL_S = 0.25
+
+
+def _percentile(sorted_values: list[float], q: float) -> float | None:
+    if not sorted_values:
+        return None
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+
+
+class Worker:
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.send_lock = threading.Lock()
+        self.requests: queue.Queue = queue.Queue()
+        self.runtime = None
+        self.template: ChatTemplate | None = None
+        self.cache: KvStateCache | None = None
+        self.current_conversation: str | None = None
+        self.busy = False
+        self.device = "CPU"
+        self.vram: NvmlProcessMemory | None = None
+        self.process = psutil.Process()
+        self.cancel_flag = threading.Event()
+
+    def send(self, event: object) -> None:
+        with self.send_lock:
+            self.conn.send(event)
+
+    # Reader thread ----------------------------------------------------------------------------
+    def read_requests(self) -> None:
+        while True:
+            try:
+                request = self.conn.recv()
+            except (EOFError, OSError):
+                self.requests.put(Shutdown())  # the app went away: end quietly
+                return
+            if isinstance(request, Cancel):
+                self.cancel_flag.set()
+            elif isinstance(request, Status):
+                self.send(self.status())
+            else:
+                self.requests.put(request)
+
+    def status(self) -> StatusReport:
+        return StatusReport(
+            loaded=self.runtime is not None,
+            model_path=self.runtime.params.model_path if self.runtime else None,
+            n_ctx=self.runtime.n_ctx if self.runtime else 0,
+            busy=self.busy,
+            cached_conversations=tuple(self.cache.keys()) if self.cache else (),
+            rss_bytes=self.process.memory_info().rss,
+        )
+
+    # Main loop --------------------------------------------------------------------------------
+    def run(self) -> None:
+        threading.Thread(target=self.read_requests, name="engine-reader", daemon=True).start()
+        while True:
+            request = self.requests.get()
+            if isinstance(request, Shutdown):
+                self.unload()
+                return
+            try:
+                if isinstance(request, Load):
+                    self.load(request)
+                elif isinstance(request, Chat):
+                    self.chat(request)
+                elif isinstance(request, Unload):
+                    self.unload()
+                    self.send(self.status())
+            except Exception as exc:  # report, never die silently: the client waits for an event
+                kind = getattr(exc, "kind", None)
+                if kind is None:  # not one of ours: a bug worth its traceback
+                    log.exception("engine request failed")
+                    kind = "error"
+                else:
+                    log.info("request refused (%s): %s", kind, exc)
+                request_id = getattr(request, "request_id", None)
+                self.send(Error(request_id, str(exc), kind=kind))
+
+    def load(self, request: Load) -> None:
+        from deskllm.engine.runtime import LlamaRuntime
+
+        self.unload()
+        params = request.params
+        try:
+            # Checked again here: the file may have changed since the client looked, and
+            # llama.cpp aborts the process on some malformed files instead of failing.
+            read_header(Path(params.model_path))
+        except GgufError as exc:
+            self.send(Error(None, str(exc), kind="bad_model"))
+            return
+        started = time.perf_counter()
+        last = [0.0]
+
+        def on_progress(fraction: float) -> None:
+            if fraction - last[0] >= 0.05 or fraction >= 1.0:
+                last[0] = fraction
+                self.send(LoadProgress(fraction))
+
+        self.runtime = runtime = LlamaRuntime(params, bool(params.use_extra_bufts), on_progress)
+        runtime.cancel_flag = self.cancel_flag
+        source = runtime.chat_template()
+        self.template = ChatTemplate(source, runtime.bos_text, runtime.eos_text)
+        guard = make_guard(
+            model=model_identity(params.model_path),
+            n_ctx=runtime.n_ctx,
+            kv_type=params.kv_type,
+            flash_attn=params.flash_attn,
+            template=hashlib.sha256((source or "").encode()).hexdigest(),
+            build=_engine_build(),
+        )
+        disk_dir = Path(params.kv_disk_dir) if params.kv_disk_dir else None
+        self.cache = KvStateCache(
+            guard, params.kv_ram_budget_mb << 20, disk_dir, params.kv_disk_budget_mb << 20
+        )
+        self.current_conversation = None
+        self.device = _device_name(params.n_gpu_layers)
+        self.vram = NvmlProcessMemory() if params.n_gpu_layers != 0 else None
+        warnings = (self.template.warning,) if self.template.warning else ()
+        self.send(
+            Loaded(
+                model_path=params.model_path,
+                n_ctx=runtime.n_ctx,
+                n_ctx_train=runtime.n_ctx_train,
+                n_gpu_layers=params.n_gpu_layers,
+                use_extra_bufts=bool(params.use_extra_bufts),
+                chat_template_source=self.template.source,
+                warnings=warnings,
+                load_s=time.perf_counter() - started,
+                rss_bytes=self.process.memory_info().rss,
+                buffers=runtime.buffers,
+                devices=(self.device,),
+            )
+        )
+
+    def unload(self) -> None:
+        if self.runtime is None:
+            return
+        if self.cache is not None:
+            if self.current_conversation and self.runtime.tokens:
+                self.cache.put(self.current_conversation, self.runtime.save_state())
+            self.cache.flush_to_disk()
+        self.runtime.close()
+        self.runtime = None
+        self.cache = None
+        self.current_conversation = None
+
+    # Chat -------------------------------------------------------------------------------------
+    def switch_to(self, conversation_id: str) -> str | None:
+        """Keep the KV state of the conversation left; restore the one entered if cached."""
+        runtime, cache = self.runtime, self.cache
+        if conversation_id == self.current_conversation:
+            return None
+        if self.current_conversation and runtime.tokens:
+            cache.put(self.current_conversation, runtime.save_state())
+        self.current_conversation = conversation_id
+        found = cache.get(conversation_id)
+        if found is None:
+            return None
+        state, where = found
+        if runtime.restore_state(state):
+            return where
+        log.warning("KV state of %s did not restore; evaluating again", conversation_id)
+        cache.discard(conversation_id)
+        return None
+
+    def fit_prompt(self, messages: list[ChatMessage], max_tokens: int):
+        """Render and tokenize; drop the oldest turns (never the system prompt or the last
+        message) until the prompt and room for the reply fit the context."""
+        runtime = self.runtime
+        reserve = min(max_tokens, runtime.n_ctx // 2)
+        dropped = 0
+        while True:
+            rendered = self.template.render(messages)
+            tokens = runtime.tokenize(rendered.text)
+            if len(tokens) + reserve <= runtime.n_ctx:
+                return tokens, dropped, rendered.warning
+            droppable = [i for i, m in enumerate(messages[:-1]) if m.role != "system"]
+            if not droppable:
+                from deskllm.engine.runtime import EngineError
+
+                raise EngineError(
+                    f"the conversation's last message is {len(tokens)} tokens; with {reserve} "
+                    f"kept for the reply it does not fit the {runtime.n_ctx}-token context. "
+                    "Shorten the message or load the model with a larger context.",
+                    kind="context",
+                )
+            i = droppable[0]
+            del messages[i]
+            dropped += 1
+            # Keep turns alternating: a reply whose question was dropped goes too.
+            if i < len(messages) - 1 and messages[i].role == "assistant":
+                del messages[i]
+                dropped += 1
+
+    def chat(self, request: Chat) -> None:
+        from deskllm.engine.runtime import Cancelled
+
+        rid = request.request_id
+        if self.runtime is None:
+            self.send(Error(rid, "no model is loaded", kind="error"))
+            return
+        runtime = self.runtime
+        self.busy = True
+        self.cancel_flag.clear()
+        started = time.perf_counter()
+        sampling = request.sampling
+        generated: list[str] = []
+        intervals: list[float] = []
+        state = {
+            "ttft": None,
+            "pp_tps": None,
+            "prompt": 0,
+            "cached": 0,
+            "evaluated": 0,
+            "restored": None,
+            "n_gen": 0,
+            "decode_start": None,
+        }
+
+        def metrics() -> Metrics:
+            n_gen = state["n_gen"]
+            decode_s = time.perf_counter() - state["decode_start"] if state["decode_start"] else 0
+            ordered = sorted(intervals)
+            p50, p95 = _percentile(ordered, 0.5), _percentile(ordered, 0.95)
+            return Metrics(
+                request_id=rid,
+                ttft_s=state["ttft"],
+                prompt_tokens=state["prompt"],
+                cached_tokens=state["cached"],
+                evaluated_tokens=state["evaluated"],
+                restored_from=state["restored"],
+                pp_tps=state["pp_tps"],
+                generated_tokens=n_gen,
+                tg_tps=(n_gen - 1) / decode_s if n_gen > 1 and decode_s > 0 else None,
+                itl_p50_ms=p50 * 1000 if p50 is not None else None,
+                itl_p95_ms=p95 * 1000 if p95 is not None else None,
+                n_past=len(runtime.tokens),
+                n_ctx=runtime.n_ctx,
+                rss_bytes=self.process.memory_info().rss,
+                vram_bytes=self.vram.read() if self.vram else None,
+                device=self.device,
+            )
+
+        finish = "stop"
+        dropped = 0
+        warnings: list[str] = []
+        try:
+            state["restored"] = self.switch_to(request.conversation_id)
+            try:
+                tokens, dropped, warning = self.fit_prompt(
+                    list(request.messages), sampling.max_tokens
+                )
+            except TemplateRefused as exc:
+                self.send(Error(rid, str(exc), kind="template"))
+                return
+            if warning:
+                warnings.append(warning)
+            if dropped:
+                warnings.append(f"{dropped} old messages were left out to fit the context")
+            state["prompt"] = len(tokens)
+            result = runtime.eval_prompt(tokens)
+            state["cached"], state["evaluated"] = result.cached, result.evaluated
+            if result.evaluated and result.eval_s > 0:
+                state["pp_tps"] = result.evaluated / result.eval_s
+            self.send(metrics())
+            matcher = StopMatcher(tuple(sampling.stop))
+            max_tokens = min(sampling.max_tokens, runtime.n_ctx - len(runtime.tokens))
+            last_metrics = last_token = time.perf_counter()
+            for _token, piece in runtime.generate(sampling, max_tokens):
+                now = time.perf_counter()
+                if state["ttft"] is None:
+                    state["ttft"] = now - started
+                    state["decode_start"] = now
+                else:
+                    intervals.append(now - last_token)
+                last_token = now
+                state["n_gen"] += 1
+                text, stopped = matcher.feed(piece)
+                if text:
+                    generated.append(text)
+                    self.send(TextDelta(rid, text))
+                if stopped:
+                    break
+                if now - last_metrics >= METRICS_INTERVAL_S:
+                    last_metrics = now
+                    self.send(metrics())
+            else:
+                finish = runtime.finish_reason
+                tail = matcher.flush()
+                if tail:
+                    generated.append(tail)
+                    self.send(TextDelta(rid, tail))
+        except Cancelled:
+            finish = "cancelled"
+        finally:
+            self.busy = False
+        self.send(
+            Done(
+                request_id=rid,
+                finish_reason=finish,
+                text="".join(generated),
+                metrics=metrics(),
+                dropped_messages=dropped,
+                warnings=tuple(warnings),
+            )
+        )
+
+
+def _engine_build() -> str:
+    import llama_cpp
+
+    lib = getattr(llama_cpp.llama_cpp, "_lib", None)
+    path = getattr(lib, "_name", "") or ""
+    try:
+        st = os.stat(path)
+        return f"{llama_cpp.__version__}:{st.st_size}:{st.st_mtime_ns}"
+    except OSError:
+        return llama_cpp.__version__
+
+
+class NvmlProcessMemory:
+    """VRAM this process holds on NVIDIA GPUs, through NVML (None where NVML is absent: other
+    vendors' drivers give no per-process figure)."""
+
+    def __init__(self) -> None:
+        self.handles: list = []
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            count = pynvml.nvmlDeviceGetCount()
+            self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+        except Exception:  # no driver, no GPU: nothing to read
+            self.handles = []
+
+    def read(self) -> int | None:
+        if not self.handles:
+            return None
+        import pynvml
+
+        pid, total, seen = os.getpid(), 0, False
+        for handle in self.handles:
+            try:
+                for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                    if proc.pid == pid and proc.usedGpuMemory is not None:
+                        total += proc.usedGpuMemory
+                        seen = True
+            except pynvml.NVMLError:
+                continue
+        return total if seen else None
+
+
+def _device_name(n_gpu_layers: int) -> str:
+    if n_gpu_layers == 0:
+        return "CPU"
+    try:
+        from deskllm.hardware.engine_devices import read_engine
+
+        devices = (read_engine().get("engine") or {}).get("devices") or []
+        gpus = [d for d in devices if d.get("type") != "cpu"]
+        return gpus[0].get("description") or gpus[0].get("name") if gpus else "CPU"
+    except Exception:  # the readout is informational; never fail a load over it
+        return "GPU"
+
+
+def worker_main(conn: Connection, log_level: int = logging.WARNING) -> None:
+    """Entry point of the engine process (multiprocessing spawn target)."""
+    logging.basicConfig(level=log_level, format="%(levelname)s %(name)s[engine]: %(message)s")
+    Worker(conn).run()

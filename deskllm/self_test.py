@@ -1,0 +1,124 @@
+"""`deskllm --self-test`: check an installed (or frozen) deskllm end to end, headless.
+
+Probes the hardware, loads the starter model in the engine process and generates a few tokens,
+opens and migrates a database in a temporary home, and starts Qt offscreen. Prints one line of
+JSON and exits 0 only when every check passed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+
+def _check_hardware() -> dict[str, Any]:
+    from deskllm.hardware import probe_hardware
+
+    report = probe_hardware()
+    engine_devices = [d.name for d in report.engine.devices]
+    if not report.engine.available:
+        raise RuntimeError(f"engine not usable: {report.engine.reason}")
+    return {
+        "cpu": report.cpu.name,
+        "engine_devices": engine_devices,
+        "offload_targets": [t.name for t in report.offload_targets],
+        "cpu_variant": report.engine.cpu_variant,
+    }
+
+
+def _check_engine() -> dict[str, Any]:
+    from deskllm.engine.client import EngineClient
+    from deskllm.engine.protocol import ChatMessage, Done, Error, Exited, LoadParams, Sampling
+    from deskllm.starter import starter_model_path
+
+    model = starter_model_path()
+    if model is None:
+        raise RuntimeError("the starter model is not installed")
+    with EngineClient() as client:
+        loaded = client.load(LoadParams(str(model), n_ctx=512))
+        done = None
+        events = client.chat(
+            "self-test",
+            [ChatMessage("user", "Say hello.")],
+            Sampling(temperature=0.0, max_tokens=8, seed=1),
+        )
+        for event in events:
+            if isinstance(event, Done):
+                done = event
+            elif isinstance(event, Error):
+                raise RuntimeError(event.message)
+            elif isinstance(event, Exited):
+                raise RuntimeError(event.reason)
+        if done is None or done.metrics.generated_tokens == 0:
+            raise RuntimeError("the engine generated no tokens")
+        return {
+            "model": model.name,
+            "devices": list(loaded.devices),
+            "extra_bufts": loaded.use_extra_bufts,
+            "tokens": done.metrics.generated_tokens,
+            "tg_tps": round(done.metrics.tg_tps or 0.0, 1),
+        }
+
+
+def _check_database() -> dict[str, Any]:
+    from deskllm.store import ConversationStore, open_database
+
+    with tempfile.TemporaryDirectory(prefix="deskllm-self-test-") as tmp:
+        db = open_database(os.path.join(tmp, "self-test.sqlite3"))
+        store = ConversationStore(db)
+        conversation = store.create("self-test")
+        store.add_message(conversation.id, "user", "hello")
+        ok = db.execute("PRAGMA integrity_check").fetchone()[0]
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        db.close()
+    if ok != "ok":
+        raise RuntimeError(f"integrity_check: {ok}")
+    return {"schema_version": version}
+
+
+def _check_qt() -> dict[str, Any]:
+    if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
+        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from deskllm.gui.qt import QApplication, QTextBrowser
+
+    app = QApplication.instance() or QApplication(["deskllm-self-test"])
+    view = QTextBrowser()
+    view.setMarkdown("**ok** `code`")
+    text = view.toPlainText()
+    if "ok" not in text:
+        raise RuntimeError("Qt could not render markdown")
+    return {"platform": app.platformName()}
+
+
+CHECKS: dict[str, Callable[[], dict[str, Any]]] = {
+    "hardware": _check_hardware,
+    "engine": _check_engine,
+    "database": _check_database,
+    "qt": _check_qt,
+}
+
+
+def run_self_test() -> int:
+    result: dict[str, Any] = {"ok": True, "checks": {}}
+    start = time.perf_counter()
+    for name, check in CHECKS.items():
+        t0 = time.perf_counter()
+        try:
+            entry = {"ok": True, **check()}
+        except Exception as exc:  # a self-test reports every failure, it never raises
+            entry = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+            if os.environ.get("DESKLLM_DEBUG"):
+                traceback.print_exc()
+            result["ok"] = False
+        entry["seconds"] = round(time.perf_counter() - t0, 2)
+        result["checks"][name] = entry
+    result["seconds"] = round(time.perf_counter() - start, 2)
+    print(json.dumps(result), flush=True)
+    sys.stdout.flush()
+    return 0 if result["ok"] else 1

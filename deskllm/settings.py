@@ -1,0 +1,82 @@
+"""Typed user settings with defaults, stored as JSON in the per-user home."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from deskllm import paths
+
+log = logging.getLogger("deskllm.settings")
+
+KvType = Literal["f16", "q8_0", "q4_0"]
+KV_TYPES: tuple[str, ...] = ("f16", "q8_0", "q4_0")
+
+
+@dataclass
+class Settings:
+    """User-facing settings. Units are in the names (mb = mebibytes)."""
+
+    models_dir: str = ""  # empty: the default under the per-user home
+    n_threads: int = 0  # 0: physical cores
+    n_ctx: int = 4096  # default context; capped by the model's training context
+    kv_type: str = "f16"
+    flash_attn: bool = False
+    n_gpu_layers: int = 0  # -1: all layers
+    kv_ram_budget_mb: int = 512
+    kv_disk_budget_mb: int = 2048
+    send_key: str = "enter"  # "enter" or "ctrl+enter"
+    theme: str = "system"
+    extra: dict = field(default_factory=dict)
+
+    def validate(self) -> list[str]:
+        """Return a list of problems in plain words (empty when valid)."""
+        problems = []
+        if self.kv_type not in KV_TYPES:
+            problems.append(f"KV cache type must be one of {', '.join(KV_TYPES)}")
+        if self.n_ctx < 256:
+            problems.append("context length must be at least 256 tokens")
+        if self.n_threads < 0:
+            problems.append("CPU threads must be 0 (automatic) or more")
+        if self.kv_ram_budget_mb < 0 or self.kv_disk_budget_mb < 0:
+            problems.append("cache budgets cannot be negative")
+        if self.kv_type != "f16" and not self.flash_attn:
+            problems.append("a quantized KV cache needs flash attention turned on")
+        return problems
+
+    def models_path(self) -> Path:
+        return Path(self.models_dir) if self.models_dir else paths.models_dir()
+
+    def threads(self) -> int:
+        if self.n_threads > 0:
+            return self.n_threads
+        import psutil
+
+        return psutil.cpu_count(logical=False) or os.cpu_count() or 1
+
+
+def load(path: Path | None = None) -> Settings:
+    """Read settings; unknown keys are ignored and a broken file falls back to defaults."""
+    path = path or paths.settings_path()
+    if not path.exists():
+        return Settings()
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        log.warning("settings file %s is unreadable (%s); using defaults", path, exc)
+        return Settings()
+    known = {f.name for f in dataclasses.fields(Settings)}
+    return Settings(**{k: v for k, v in raw.items() if k in known})
+
+
+def save(settings: Settings, path: Path | None = None) -> None:
+    """Write atomically so a crash never leaves half a settings file."""
+    path = path or paths.settings_path()
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(dataclasses.asdict(settings), indent=2), encoding="utf-8")
+    os.replace(tmp, path)

@@ -1,0 +1,250 @@
+"""Conversations and messages. The user's message is committed before generation starts; a reply
+is written while it streams, so nothing the user saw is lost on a crash."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlite_utils import Database
+
+STATUSES = ("complete", "streaming", "interrupted", "error")
+
+
+@dataclass(frozen=True)
+class Conversation:
+    id: str
+    title: str
+    system_prompt: str
+    model: str | None
+    sampling: dict[str, Any]
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True)
+class Message:
+    id: int
+    conversation_id: str
+    role: str  # system | user | assistant
+    content: str
+    status: str  # one of STATUSES
+    model: str | None = None
+    sampling: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    created_at: float = 0.0
+
+
+def _conversation(row: dict) -> Conversation:
+    return Conversation(
+        id=row["id"],
+        title=row["title"],
+        system_prompt=row["system_prompt"] or "",
+        model=row["model"],
+        sampling=json.loads(row["sampling"] or "{}"),
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )
+
+
+def _message(row: dict) -> Message:
+    return Message(
+        id=row["id"],
+        conversation_id=row["conversation_id"],
+        role=row["role"],
+        content=row["content"],
+        status=row["status"],
+        model=row["model"],
+        sampling=json.loads(row["sampling"] or "{}"),
+        metrics=json.loads(row["metrics"] or "{}"),
+        created_at=row["created_at"],
+    )
+
+
+def _fts_query(text: str) -> str:
+    """Each word of `text` as a quoted FTS5 string (all must match), so no input is taken as
+    query syntax (quotes, `*`, `AND`, `col:`, parentheses, newlines). Words with nothing to index
+    (only punctuation) are left out; when none is left the query is the empty phrase, which
+    matches nothing (an empty MATCH would be a syntax error)."""
+    words = [w for w in text.split() if any(c.isalnum() for c in w)]
+    return " ".join('"' + w.replace('"', '""') + '"' for w in words) or '""'
+
+
+class ConversationStore:
+    """Reads and writes conversations; every write is its own committed transaction."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    # Conversations ---------------------------------------------------------------------------
+    def create(
+        self,
+        title: str = "New chat",
+        system_prompt: str = "",
+        model: str | None = None,
+        sampling: dict[str, Any] | None = None,
+    ) -> Conversation:
+        now = time.time()
+        row = {
+            "id": uuid.uuid4().hex,
+            "title": title,
+            "system_prompt": system_prompt,
+            "model": model,
+            "sampling": json.dumps(sampling or {}),
+            "created_at": now,
+            "updated_at": now,
+        }
+        self.db["conversations"].insert(row)
+        return _conversation(row)
+
+    def get(self, conversation_id: str) -> Conversation:
+        return _conversation(self.db["conversations"].get(conversation_id))
+
+    def list(self, limit: int | None = None) -> list[Conversation]:
+        """Most recently active first."""
+        rows = self.db["conversations"].rows_where(order_by="updated_at desc", limit=limit)
+        return [_conversation(r) for r in rows]
+
+    def update(self, conversation_id: str, **changes: Any) -> Conversation:
+        """Change title, system_prompt, model or sampling."""
+        allowed = {"title", "system_prompt", "model", "sampling"}
+        if unknown := set(changes) - allowed:
+            raise ValueError(f"cannot update {sorted(unknown)}")
+        if "sampling" in changes:
+            changes["sampling"] = json.dumps(changes["sampling"])
+        changes["updated_at"] = time.time()
+        self.db["conversations"].update(conversation_id, changes)
+        return self.get(conversation_id)
+
+    def delete(self, conversation_id: str) -> None:
+        with self.db.atomic():
+            self.db["messages"].delete_where("conversation_id = ?", [conversation_id])
+            self.db["conversations"].delete(conversation_id)
+
+    def search(self, text: str, limit: int = 100) -> list[Conversation]:
+        """Conversations whose title or any message contains `text`, most recent first."""
+        # `%` and `_` typed by the user are literal characters, not LIKE wildcards.
+        escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        like = f"%{escaped}%"
+        sql = """
+            select * from conversations where title like :like escape '\\' or id in (
+                select conversation_id from messages where rowid in (
+                    select rowid from messages_fts where messages_fts match :fts))
+            order by updated_at desc limit :limit
+        """
+        fts = _fts_query(text)
+        rows = self.db.query(sql, {"like": like, "fts": fts, "limit": limit})
+        return [_conversation(r) for r in rows]
+
+    # Messages --------------------------------------------------------------------------------
+    def messages(self, conversation_id: str) -> list[Message]:
+        rows = self.db["messages"].rows_where(
+            "conversation_id = ?", [conversation_id], order_by="id"
+        )
+        return [_message(r) for r in rows]
+
+    def get_message(self, message_id: int) -> Message:
+        return _message(self.db["messages"].get(message_id))
+
+    def add_message(
+        self,
+        conversation_id: str,
+        role: str,
+        content: str,
+        *,
+        status: str = "complete",
+        model: str | None = None,
+        sampling: dict[str, Any] | None = None,
+        metrics: dict[str, Any] | None = None,
+    ) -> Message:
+        """Insert and commit a message; the conversation becomes the most recent."""
+        if status not in STATUSES:
+            raise ValueError(f"unknown status {status!r}")
+        now = time.time()
+        row = {
+            "conversation_id": conversation_id,
+            "role": role,
+            "content": content,
+            "status": status,
+            "model": model,
+            "sampling": json.dumps(sampling or {}),
+            "metrics": json.dumps(metrics or {}),
+            "created_at": now,
+            "updated_at": now,
+        }
+        with self.db.atomic():
+            message_id = self.db["messages"].insert(row).last_pk
+            self.db["conversations"].update(conversation_id, {"updated_at": now})
+        return _message({**row, "id": message_id})
+
+    def delete_messages_from(self, conversation_id: str, message_id: int) -> None:
+        """Delete a message and everything after it (regenerate, edit and resend)."""
+        self.db["messages"].delete_where(
+            "conversation_id = ? and id >= ?", [conversation_id, message_id]
+        )
+
+    def finish_message(
+        self, message_id: int, content: str, status: str, metrics: dict[str, Any] | None = None
+    ) -> None:
+        if status not in STATUSES:
+            raise ValueError(f"unknown status {status!r}")
+        self.db["messages"].update(
+            message_id,
+            {
+                "content": content,
+                "status": status,
+                "metrics": json.dumps(metrics or {}),
+                "updated_at": time.time(),
+            },
+        )
+
+    def mark_streaming_interrupted(self) -> int:
+        """After a crash of the whole app: replies left mid-stream become `interrupted`."""
+        cursor = self.db.execute(
+            "update messages set status = 'interrupted' where status = 'streaming'"
+        )
+        return cursor.rowcount
+
+    def begin_reply(
+        self, conversation_id: str, model: str | None, sampling: dict[str, Any] | None = None
+    ) -> ReplyWriter:
+        message = self.add_message(
+            conversation_id, "assistant", "", status="streaming", model=model, sampling=sampling
+        )
+        return ReplyWriter(self, message.id)
+
+
+class ReplyWriter:
+    """Writes a streaming reply to the database at most every `flush_interval_s` seconds."""
+
+    def __init__(self, store: ConversationStore, message_id: int, flush_interval_s: float = 0.5):
+        self.store = store
+        self.message_id = message_id
+        self.flush_interval_s = flush_interval_s
+        self._parts: list[str] = []
+        self._flushed_len = 0
+        self._last_flush = time.monotonic()
+
+    @property
+    def text(self) -> str:
+        return "".join(self._parts)
+
+    def append(self, delta: str) -> None:
+        self._parts.append(delta)
+        if time.monotonic() - self._last_flush >= self.flush_interval_s:
+            self.flush()
+
+    def flush(self) -> None:
+        text = self.text
+        if len(text) != self._flushed_len:
+            self.store.db["messages"].update(
+                self.message_id, {"content": text, "updated_at": time.time()}
+            )
+            self._flushed_len = len(text)
+        self._last_flush = time.monotonic()
+
+    def finish(self, status: str, metrics: dict[str, Any] | None = None) -> None:
+        self.store.finish_message(self.message_id, self.text, status, metrics)

@@ -1,0 +1,147 @@
+"""Installed models: a row per GGUF file with metadata read from its own header."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlite_utils import Database
+
+from deskllm.catalog.gguf_header import GgufHeader, read_header
+from deskllm.catalog.quants import file_type_name
+
+log = logging.getLogger("deskllm.store")
+
+
+@dataclass(frozen=True)
+class InstalledModel:
+    id: int
+    path: str
+    name: str
+    architecture: str
+    parameters: int
+    quant: str
+    size_bytes: int
+    context_length: int
+    has_chat_template: bool
+    license: str
+    source: str
+    added_at: float
+
+    @property
+    def exists(self) -> bool:
+        return Path(self.path).is_file()
+
+
+def _model(row: dict) -> InstalledModel:
+    return InstalledModel(
+        id=row["id"],
+        path=row["path"],
+        name=row["name"],
+        architecture=row["architecture"] or "unknown",
+        parameters=row["parameters"] or 0,
+        quant=row["quant"] or "?",
+        size_bytes=row["size_bytes"] or 0,
+        context_length=row["context_length"] or 0,
+        has_chat_template=bool(row["has_chat_template"]),
+        license=row["license"] or "",
+        source=row["source"] or "import",
+        added_at=row["added_at"] or 0.0,
+    )
+
+
+def describe(header: GgufHeader, path: Path) -> dict:
+    """The library row for a model file, from its header."""
+    meta = header.metadata
+    return {
+        "path": str(path.resolve()),
+        "name": str(meta.get("general.name") or path.stem),
+        "architecture": header.architecture,
+        "parameters": header.n_params,
+        "quant": file_type_name(meta.get("general.file_type")),
+        "size_bytes": path.stat().st_size,
+        "context_length": header.context_length or 0,
+        "has_chat_template": int(bool(header.chat_template)),
+        "license": str(meta.get("general.license") or ""),
+    }
+
+
+def _is_starter_file(path: str) -> bool:
+    from deskllm.starter import starter_model_path
+
+    starter = starter_model_path()
+    return starter is not None and str(starter.resolve()) == str(Path(path).resolve())
+
+
+class ModelLibrary:
+    """The models the user has on disk."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def add(
+        self, path: Path | str, source: str = "import", name: str | None = None
+    ) -> InstalledModel:
+        """Validate a GGUF file's header and record it (idempotent per path)."""
+        path = Path(path)
+        row = describe(read_header(path), path)
+        if name:
+            row["name"] = name
+        row["source"] = source
+        existing = list(self.db["models"].rows_where("path = ?", [row["path"]]))
+        if existing:
+            self.db["models"].update(existing[0]["id"], row)
+            return self.get(existing[0]["id"])
+        row["added_at"] = time.time()
+        return self.get(self.db["models"].insert(row).last_pk)
+
+    def get(self, model_id: int) -> InstalledModel:
+        return _model(self.db["models"].get(model_id))
+
+    def list(self) -> list[InstalledModel]:
+        return [_model(r) for r in self.db["models"].rows_where(order_by="added_at")]
+
+    def remove(self, model_id: int, delete_file: bool = False) -> None:
+        model = self.get(model_id)
+        # The bundled starter file is never deleted, even when it was imported like any file.
+        if delete_file and model.source != "starter" and not _is_starter_file(model.path):
+            Path(model.path).unlink(missing_ok=True)
+        self.db["models"].delete(model_id)
+
+    def find(self, name_or_path: str) -> InstalledModel | None:
+        """By path, exact name, or a case-insensitive substring of the name or file name."""
+        candidate = Path(name_or_path).expanduser()
+        if candidate.is_file():
+            resolved = str(candidate.resolve())
+            for model in self.list():
+                if model.path == resolved:
+                    return model
+            return None
+        needle = name_or_path.lower()
+        models = self.list()
+        for model in models:
+            if model.name.lower() == needle:
+                return model
+        for model in models:
+            if needle in model.name.lower() or needle in Path(model.path).name.lower():
+                return model
+        return None
+
+    def missing(self) -> list[InstalledModel]:
+        """Models whose file is gone (moved or deleted outside the app)."""
+        return [m for m in self.list() if not m.exists]
+
+    def ensure_starter(self) -> InstalledModel | None:
+        """Register the bundled starter model on first start (and after it moved)."""
+        from deskllm.starter import STARTER_NAME, starter_model_path
+
+        path = starter_model_path()
+        if path is None:
+            log.warning("the starter model is not installed")
+            return None
+        for model in self.list():
+            if model.source == "starter" and model.path != str(path.resolve()):
+                self.db["models"].delete(model.id)  # the app moved (update, reinstall)
+        return self.add(path, source="starter", name=STARTER_NAME)

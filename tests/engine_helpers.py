@@ -1,0 +1,53 @@
+"""Helpers for tests that drive the real engine."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Iterable
+
+from deskllm.engine.protocol import Done, Error, Event, Exited, Metrics, TextDelta
+
+
+@dataclasses.dataclass
+class Collected:
+    deltas: list[str]
+    metrics: list[Metrics]
+    final: Event | None
+
+    @property
+    def text(self) -> str:
+        return "".join(self.deltas)
+
+    @property
+    def done(self) -> Done:
+        assert isinstance(self.final, Done), f"expected Done, got {self.final!r}"
+        return self.final
+
+
+def collect(events: Iterable[Event]) -> Collected:
+    deltas, metrics, final = [], [], None
+    for event in events:
+        if isinstance(event, TextDelta):
+            deltas.append(event.text)
+        elif isinstance(event, Metrics):
+            metrics.append(event)
+        elif isinstance(event, Done | Error | Exited):
+            final = event
+    return Collected(deltas, metrics, final)
+
+
+def cancel_after(client, seconds: float) -> threading.Timer:
+    timer = threading.Timer(seconds, client.cancel)
+    timer.start()
+    return timer
+
+
+def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()

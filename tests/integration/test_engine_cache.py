@@ -1,0 +1,126 @@
+"""Prompt caching with the real engine: prefix reuse, switching conversations, restart."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import replace
+
+from engine_helpers import collect
+
+from deskllm.engine.client import EngineClient
+from deskllm.engine.protocol import ChatMessage, Sampling
+
+SHORT = Sampling(temperature=0.0, max_tokens=12, seed=1)
+PARAGRAPH = "The keeper logged wind, sea colour, passing ships and resting birds each evening. "
+
+
+def conversation(tag: str, turns: int = 4) -> list[ChatMessage]:
+    messages = [ChatMessage("system", f"You are helpful. ({tag})")]
+    for i in range(turns):
+        messages += [
+            ChatMessage("user", f"Part {i} please ({tag})."),
+            ChatMessage("assistant", PARAGRAPH * 3),
+        ]
+    return messages + [ChatMessage("user", "Go on.")]
+
+
+def turn(engine, cid: str, messages: list[ChatMessage]):
+    return collect(engine.chat(cid, messages, SHORT)).done
+
+
+def test_next_turn_evaluates_only_new_tokens(engine):
+    cid = uuid.uuid4().hex
+    history = conversation("prefix")
+    first = turn(engine, cid, history)
+    assert first.metrics.cached_tokens == 0 or first.metrics.restored_from is None
+    assert first.metrics.evaluated_tokens == first.metrics.prompt_tokens > 250
+    follow = history + [ChatMessage("assistant", first.text), ChatMessage("user", "Thanks!")]
+    second = turn(engine, cid, follow)
+    m = second.metrics
+    assert m.cached_tokens >= first.metrics.prompt_tokens
+    assert m.evaluated_tokens < 40
+    assert m.cached_tokens + m.evaluated_tokens == m.prompt_tokens
+
+
+def test_switching_back_restores_the_state_from_ram(engine):
+    a, b = uuid.uuid4().hex, uuid.uuid4().hex
+    hist_a, hist_b = conversation("A"), conversation("B")
+    first_a = turn(engine, a, hist_a)
+    turn(engine, b, hist_b)
+    back = turn(engine, a, hist_a + [ChatMessage("assistant", first_a.text),
+                                     ChatMessage("user", "More.")])
+    assert back.metrics.restored_from == "ram"
+    assert back.metrics.cached_tokens >= first_a.metrics.prompt_tokens
+    assert back.metrics.evaluated_tokens < 40
+
+
+def test_states_survive_a_restart_on_disk(load_params):
+    params = load_params()
+    cid = uuid.uuid4().hex
+    history = conversation("disk")
+    with EngineClient() as client:
+        client.load(params)
+        first = turn(client, cid, history)
+    # close() wrote the state of the conversation in use to the disk cache.
+    with EngineClient() as client:
+        client.load(params)
+        again = turn(client, cid, history + [ChatMessage("assistant", first.text),
+                                             ChatMessage("user", "Continue.")])
+    assert again.metrics.restored_from == "disk"
+    assert again.metrics.cached_tokens >= first.metrics.prompt_tokens
+    assert again.metrics.evaluated_tokens < 40
+
+
+def test_a_stale_state_is_never_used(load_params):
+    params = load_params()
+    cid = uuid.uuid4().hex
+    history = conversation("stale")
+    with EngineClient() as client:
+        client.load(params)
+        turn(client, cid, history)
+    # Another context length: the state's guard no longer matches.
+    with EngineClient() as client:
+        client.load(replace(params, n_ctx=1024))
+        again = turn(client, cid, history)
+    assert again.metrics.restored_from is None
+    assert again.metrics.cached_tokens == 0
+
+
+def test_ram_budget_zero_spills_to_disk(load_params):
+    params = load_params(kv_ram_budget_mb=0)
+    a, b = uuid.uuid4().hex, uuid.uuid4().hex
+    with EngineClient() as client:
+        client.load(params)
+        first = turn(client, a, conversation("spill-A"))
+        turn(client, b, conversation("spill-B"))
+        back = turn(client, a, conversation("spill-A"))
+    assert back.metrics.restored_from == "disk"
+    assert back.metrics.cached_tokens >= first.metrics.prompt_tokens - 1
+
+
+def test_context_overflow_drops_oldest_turns_but_keeps_the_system_prompt(load_params):
+    params = load_params(n_ctx=512)
+    system = "You are Ada, the keeper of the northern lighthouse, who answers in short sentences. "
+    long_history = [ChatMessage("system", system * 2)]
+    for i in range(12):
+        long_history += [
+            ChatMessage("user", f"Question {i}: tell me more."),
+            ChatMessage("assistant", PARAGRAPH * 2),
+        ]
+    long_history.append(ChatMessage("user", "What is your name?"))
+    with EngineClient() as client:
+        client.load(params)
+        cid = uuid.uuid4().hex
+        done = collect(client.chat(cid, long_history, SHORT)).done
+        assert done.dropped_messages >= 2 and done.dropped_messages % 2 == 0
+        assert any("left out" in w for w in done.warnings)
+        assert done.metrics.prompt_tokens + SHORT.max_tokens <= 512
+        # The system prompt was kept: the KV cache now starts with it, so a prompt of just
+        # the system prompt and a question shares those ~40 tokens with it.
+        follow = collect(client.chat(cid, [long_history[0], long_history[-1]], SHORT)).done
+        assert follow.metrics.cached_tokens >= 35
+        # A single message that cannot fit is a clear error, and the engine keeps working.
+        huge = collect(client.chat(uuid.uuid4().hex, [ChatMessage("user", PARAGRAPH * 60)],
+                                   SHORT))
+        assert huge.final.kind == "context" and "does not fit" in huge.final.message
+        assert collect(client.chat(uuid.uuid4().hex, [long_history[-1]], SHORT)).done.text

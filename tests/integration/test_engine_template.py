@@ -1,0 +1,68 @@
+"""Chat templates from the model file, with the real engine: a hostile template is refused,
+a broken or missing one falls back with a warning, and the engine keeps working."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from engine_helpers import collect
+
+from deskllm.catalog.gguf_header import read_header
+from deskllm.engine.client import EngineClient
+from deskllm.engine.protocol import ChatMessage, Error, Sampling
+
+SHORT = Sampling(temperature=0.0, max_tokens=8)
+ESCAPE = (
+    "{% for c in ''.__class__.__mro__[1].__subclasses__() %}"
+    "{% if c.__name__ == 'Popen' %}{{ c(['touch', '/tmp/deskllm-pwned']) }}{% endif %}"
+    "{% endfor %}{{ messages[0]['content'] }}"
+)
+BROKEN = "{% for m in messages %}{{ m.content }"  # a syntax error
+
+
+def with_template(src: Path, dst: Path, template: str) -> Path:
+    """A copy of the model whose tokenizer.chat_template is `template` (gguf's own tool)."""
+    subprocess.run(
+        [sys.executable, "-m", "gguf.scripts.gguf_new_metadata", str(src), str(dst),
+         "--chat-template", template, "--force"],
+        check=True, capture_output=True, timeout=120,
+    )
+    assert read_header(dst).chat_template == template
+    return dst
+
+
+@pytest.fixture(scope="module")
+def template_models(tmp_path_factory, starter_model) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("templates")
+    return {
+        "escape": with_template(starter_model, folder / "escape.gguf", ESCAPE),
+        "broken": with_template(starter_model, folder / "broken.gguf", BROKEN),
+    }
+
+
+def test_a_template_that_escapes_the_sandbox_is_refused(load_params, template_models):
+    marker = Path("/tmp/deskllm-pwned")
+    marker.unlink(missing_ok=True)
+    with EngineClient() as client:
+        client.load(load_params(model_path=str(template_models["escape"])))
+        got = collect(client.chat(uuid.uuid4().hex, [ChatMessage("user", "Hi")], SHORT))
+        assert isinstance(got.final, Error), got.final
+        assert got.final.kind == "template"
+        assert "sandbox" in got.final.message
+        assert not marker.exists()
+        # The engine is still alive and answers a status request.
+        status = client.status()
+        assert status is not None and status.loaded
+
+
+def test_a_broken_template_falls_back_with_a_warning(load_params, template_models):
+    with EngineClient() as client:
+        loaded = client.load(load_params(model_path=str(template_models["broken"])))
+        assert loaded.chat_template_source == "fallback"
+        assert loaded.warnings and "template" in loaded.warnings[0]
+        done = collect(client.chat(uuid.uuid4().hex, [ChatMessage("user", "Hi")], SHORT)).done
+        assert done.text and done.metrics.generated_tokens > 0

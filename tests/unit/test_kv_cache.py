@@ -1,0 +1,286 @@
+"""KvStateCache: an LRU in RAM that spills to disk, with a guard on every saved state."""
+
+import os
+from pathlib import Path
+
+from deskllm.engine.kv_cache import KvState, KvStateCache, make_guard, model_identity
+
+GUARD = make_guard(model={"path": "/m.gguf", "size": 1}, n_ctx=4096, kv_type="f16")
+
+
+def state(seed: int, n_tokens: int = 10, n_data: int = 1000) -> KvState:
+    """A distinct state of size 4 * n_tokens + n_data bytes."""
+    return KvState(
+        tuple(range(seed, seed + n_tokens)), bytes((seed + i) % 256 for i in range(n_data))
+    )
+
+
+SIZE = state(0).size_bytes  # 1040
+
+
+def disk_files(d: Path) -> list[Path]:
+    return sorted(d.glob("*.kv"))
+
+
+def test_state_size_counts_tokens_and_data():
+    assert state(0, n_tokens=3, n_data=7).size_bytes == 3 * 4 + 7
+
+
+def test_make_guard_is_stable_and_sensitive():
+    a = make_guard(model="x", n_ctx=1, kv_type="f16")
+    assert a == make_guard(kv_type="f16", n_ctx=1, model="x")  # order of parts does not matter
+    assert a != make_guard(model="x", n_ctx=2, kv_type="f16")
+    assert a != make_guard(model="x", n_ctx=1, kv_type="q8_0")
+
+
+def test_model_identity_changes_when_the_file_changes(tmp_path):
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"a" * 10)
+    before = model_identity(str(f))
+    assert before["path"] == os.path.realpath(f)
+    f.write_bytes(b"b" * 11)
+    assert model_identity(str(f)) != before
+    assert make_guard(model=model_identity(str(f))) != make_guard(model=before)
+
+
+def test_ram_only_put_and_get():
+    cache = KvStateCache(GUARD, ram_budget_bytes=10 * SIZE, disk_dir=None, disk_budget_bytes=0)
+    cache.put("a", state(1))
+    assert cache.get("a") == (state(1), "ram")
+    assert cache.get("missing") is None
+    assert cache.keys() == ["a"]
+
+
+def test_put_replaces_the_state_of_a_key():
+    cache = KvStateCache(GUARD, 10 * SIZE, None, 0)
+    cache.put("a", state(1))
+    cache.put("a", state(2))
+    assert cache.get("a") == (state(2), "ram")
+    assert cache.keys() == ["a"]
+
+
+def test_ram_lru_within_budget_without_disk_drops_the_least_recently_used():
+    cache = KvStateCache(GUARD, ram_budget_bytes=2 * SIZE, disk_dir=None, disk_budget_bytes=0)
+    cache.put("a", state(1))
+    cache.put("b", state(2))
+    assert cache.get("a")[1] == "ram"  # "a" is now the most recently used
+    cache.put("c", state(3))  # over budget: "b" (least recently used) goes
+    assert cache.get("b") is None
+    assert cache.get("a") == (state(1), "ram")
+    assert cache.get("c") == (state(3), "ram")
+    assert sorted(cache.keys()) == ["a", "c"]
+
+
+def test_ram_lru_spills_to_disk(tmp_path):
+    cache = KvStateCache(GUARD, 2 * SIZE, tmp_path, disk_budget_bytes=100 * SIZE)
+    cache.put("a", state(1))
+    cache.put("b", state(2))
+    assert disk_files(tmp_path) == []  # within the RAM budget nothing is written
+    cache.put("c", state(3))
+    assert len(disk_files(tmp_path)) == 1  # "a" spilled
+    assert cache.get("a") == (state(1), "disk")
+    assert cache.get("b") == (state(2), "ram")
+    assert cache.get("c") == (state(3), "ram")
+    assert sorted(cache.keys()) == ["a", "b", "c"]
+
+
+def test_state_larger_than_ram_budget_goes_straight_to_disk(tmp_path):
+    cache = KvStateCache(
+        GUARD, ram_budget_bytes=SIZE // 2, disk_dir=tmp_path, disk_budget_bytes=10 * SIZE
+    )
+    cache.put("big", state(5))
+    assert cache.get("big") == (state(5), "disk")
+
+
+def test_state_larger_than_both_budgets_is_not_kept(tmp_path):
+    cache = KvStateCache(GUARD, SIZE // 2, tmp_path, disk_budget_bytes=SIZE // 2)
+    cache.put("big", state(5))
+    assert cache.get("big") is None
+    assert disk_files(tmp_path) == []
+
+
+def test_keys_are_the_callers_keys_for_states_on_disk(tmp_path):
+    cache = KvStateCache(GUARD, 0, tmp_path, 10 * SIZE)
+    cache.put("conv1", state(1))
+    cache.put("conv2", state(2))
+    keys = cache.keys()
+    assert sorted(keys) == ["conv1", "conv2"]
+    assert [k for k in keys if GUARD in k] == []
+
+
+def test_keys_do_not_list_a_key_twice(tmp_path):
+    cache = KvStateCache(GUARD, 10 * SIZE, tmp_path, 10 * SIZE)
+    cache.put("a", state(1))
+    cache.flush_to_disk()  # "a" is now both in RAM and on disk
+    assert cache.keys() == ["a"]
+
+
+def test_flush_to_disk_then_restart_loads_from_disk(tmp_path):
+    cache = KvStateCache(GUARD, 10 * SIZE, tmp_path, 10 * SIZE)
+    cache.put("a", state(1))
+    cache.put("b", state(2, n_tokens=0, n_data=17))
+    assert disk_files(tmp_path) == []
+    cache.flush_to_disk()
+    del cache
+
+    restarted = KvStateCache(GUARD, 10 * SIZE, tmp_path, 10 * SIZE)
+    assert sorted(restarted.keys()) == ["a", "b"]
+    assert restarted.get("a") == (state(1), "disk")
+    assert restarted.get("b") == (state(2, n_tokens=0, n_data=17), "disk")
+
+
+def test_a_different_guard_is_never_returned(tmp_path):
+    cache = KvStateCache(GUARD, 0, tmp_path, 10 * SIZE)
+    cache.put("a", state(1))
+    assert cache.get("a") is not None
+
+    other_guard = make_guard(model={"path": "/m.gguf", "size": 2}, n_ctx=4096, kv_type="f16")
+    other = KvStateCache(other_guard, 10 * SIZE, tmp_path, 10 * SIZE)
+    assert other.get("a") is None
+    assert other.keys() == []
+    # the other cache's own states do not mix with the first one's either
+    other.put("a", state(9))
+    other.flush_to_disk()
+    assert cache.get("a") == (state(1), "disk")
+    assert KvStateCache(other_guard, 0, tmp_path, 10 * SIZE).get("a") == (state(9), "disk")
+
+
+def test_discard_removes_from_ram_and_disk(tmp_path):
+    cache = KvStateCache(GUARD, 10 * SIZE, tmp_path, 10 * SIZE)
+    cache.put("a", state(1))
+    cache.flush_to_disk()
+    cache.discard("a")
+    assert cache.get("a") is None
+    assert disk_files(tmp_path) == []
+    assert KvStateCache(GUARD, 10 * SIZE, tmp_path, 10 * SIZE).get("a") is None
+    cache.discard("never-there")  # no error
+
+
+def test_disk_budget_evicts_the_oldest(tmp_path):
+    file_size = SIZE + 64  # a state's file: its bytes plus a small header
+    cache = KvStateCache(GUARD, 0, tmp_path, disk_budget_bytes=3 * file_size)
+    for i, key in enumerate(["a", "b", "c"]):
+        cache.put(key, state(i))
+        # make the age order unambiguous whatever the file system's timestamp resolution
+        os.utime(cache._path(key), ns=(1_000_000_000 * (i + 1),) * 2)
+    assert sorted(cache.keys()) == ["a", "b", "c"]
+
+    cache.put("d", state(3))  # over budget: the oldest ("a") goes
+    assert sorted(cache.keys()) == ["b", "c", "d"]
+    assert cache.get("a") is None
+    assert sum(p.stat().st_size for p in disk_files(tmp_path)) <= 3 * file_size
+
+
+def test_reading_from_disk_makes_a_state_recent(tmp_path):
+    file_size = SIZE + 64
+    cache = KvStateCache(GUARD, 0, tmp_path, disk_budget_bytes=2 * file_size)
+    cache.put("a", state(1))
+    cache.put("b", state(2))
+    os.utime(cache._path("a"), ns=(1_000_000_000,) * 2)
+    os.utime(cache._path("b"), ns=(2_000_000_000,) * 2)
+    assert cache.get("a") == (state(1), "disk")  # "a" is used again: now "b" is the oldest
+    cache.put("c", state(3))
+    assert sorted(cache.keys()) == ["a", "c"]
+
+
+def test_the_state_just_written_is_evicted_last_even_with_equal_timestamps(tmp_path):
+    file_size = SIZE + 64
+    cache = KvStateCache(GUARD, 0, tmp_path, disk_budget_bytes=2 * file_size)
+    cache.put("a", state(1))
+    cache.put("b", state(2))
+    future = (4_000_000_000_000_000_000,) * 2  # older files that look as new as any (clock skew)
+    os.utime(cache._path("a"), ns=future)
+    os.utime(cache._path("b"), ns=future)
+    cache.put("c", state(3))
+    assert cache.get("c") == (state(3), "disk")
+    assert len(cache.keys()) == 2
+
+
+def test_disk_budget_counts_states_of_other_guards(tmp_path):
+    file_size = SIZE + 64
+    old = KvStateCache("oldguard", 0, tmp_path, 2 * file_size)
+    old.put("x", state(1))
+    old.put("y", state(2))
+    cache = KvStateCache(GUARD, 0, tmp_path, 2 * file_size)
+    cache.put("a", state(3))
+    assert cache.get("a") == (state(3), "disk")
+    assert sum(p.stat().st_size for p in disk_files(tmp_path)) <= 2 * file_size
+
+
+def write_then_damage(tmp_path: Path, damage) -> tuple[KvStateCache, Path]:
+    cache = KvStateCache(GUARD, 0, tmp_path, 10 * SIZE)
+    cache.put("a", state(1, n_tokens=50, n_data=500))
+    path = cache._path("a")
+    assert path.is_file()
+    path.write_bytes(damage(path.read_bytes()))
+    return KvStateCache(GUARD, 0, tmp_path, 10 * SIZE), path
+
+
+def test_truncated_in_the_data_is_ignored_and_removed(tmp_path):
+    cache, path = write_then_damage(tmp_path, lambda raw: raw[:-100])
+    assert cache.get("a") is None
+    assert not path.exists()
+    assert cache.keys() == []
+
+
+def test_truncated_in_the_tokens_is_ignored(tmp_path):
+    cache, path = write_then_damage(tmp_path, lambda raw: raw[:40])
+    assert cache.get("a") is None
+    assert not path.exists()
+
+
+def test_truncated_header_is_ignored(tmp_path):
+    cache, path = write_then_damage(tmp_path, lambda raw: raw[:9])
+    assert cache.get("a") is None
+    assert not path.exists()
+
+
+def test_empty_file_is_ignored(tmp_path):
+    cache, _ = write_then_damage(tmp_path, lambda raw: b"")
+    assert cache.get("a") is None
+
+
+def test_bad_magic_is_ignored(tmp_path):
+    cache, _ = write_then_damage(tmp_path, lambda raw: b"XXXXX\n" + raw[6:])
+    assert cache.get("a") is None
+
+
+def test_absurd_token_count_is_ignored_quickly(tmp_path):
+    def huge_count(raw: bytes) -> bytes:
+        return raw[:6] + (2**62).to_bytes(8, "little") + raw[14:]
+
+    cache, _ = write_then_damage(tmp_path, huge_count)
+    assert cache.get("a") is None
+
+
+def test_trailing_garbage_is_ignored(tmp_path):
+    cache, _ = write_then_damage(tmp_path, lambda raw: raw + b"\0" * 64)
+    assert cache.get("a") is None
+
+
+def test_a_damaged_file_does_not_affect_other_states(tmp_path):
+    cache = KvStateCache(GUARD, 0, tmp_path, 10 * SIZE)
+    cache.put("good", state(1))
+    cache.put("bad", state(2))
+    cache._path("bad").write_bytes(b"garbage")
+    restarted = KvStateCache(GUARD, 0, tmp_path, 10 * SIZE)
+    assert restarted.get("bad") is None
+    assert restarted.get("good") == (state(1), "disk")
+
+
+def test_no_temporary_files_are_left_behind(tmp_path):
+    cache_dir = tmp_path / "cache"
+    cache = KvStateCache(GUARD, 0, cache_dir, 10 * SIZE)
+    for i in range(5):
+        cache.put(f"k{i}", state(i))
+    names = [p.name for p in cache_dir.iterdir()]
+    assert len(names) == 5
+    assert [n for n in names if not n.endswith(f".{GUARD}.kv")] == []
+
+
+def test_keys_with_path_characters_stay_inside_the_cache_dir(tmp_path):
+    cache_dir = tmp_path / "cache"
+    cache = KvStateCache(GUARD, 0, cache_dir, 10 * SIZE)
+    cache.put("../../escape", state(1))
+    assert cache.get("../../escape") == (state(1), "disk")
+    assert [p.parent for p in tmp_path.rglob("*.kv")] == [cache_dir]
