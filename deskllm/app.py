@@ -9,7 +9,6 @@ import sys
 
 from deskllm import paths
 from deskllm import settings as settings_mod
-from deskllm.engine.protocol import LoadParams
 
 log = logging.getLogger("deskllm.app")
 
@@ -55,17 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         QMessageBox.critical(None, "No model", str(exc))
         return 1
 
-    settings = settings_mod.load()
-    params = LoadParams(
-        model_path=model_path,
-        n_ctx=settings.n_ctx,
-        n_threads=settings.n_threads,
-        n_gpu_layers=settings.n_gpu_layers,
-        kv_type=settings.kv_type,
-        flash_attn=settings.flash_attn,
-        kv_ram_budget_mb=settings.kv_ram_budget_mb,
-        kv_disk_budget_mb=settings.kv_disk_budget_mb,
-    )
+    params = settings_mod.load().load_params(model_path)
     client = EngineClient()
     bridge = EngineBridge(client, paths.database_path())
     gui_state = QSettings(str(paths.home() / "gui.ini"), QSettings.Format.IniFormat)

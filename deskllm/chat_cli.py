@@ -54,16 +54,8 @@ def resolve_model(library: ModelLibrary, name: str | None) -> str:
 
 
 def load_params(args: argparse.Namespace, model_path: str) -> LoadParams:
-    s = settings_mod.load()
-    return LoadParams(
-        model_path=model_path,
-        n_ctx=args.ctx or s.n_ctx,
-        n_threads=s.n_threads,
-        n_gpu_layers=s.n_gpu_layers,
-        kv_type=args.kv or s.kv_type,
-        flash_attn=s.flash_attn if args.flash_attn is None else args.flash_attn,
-        kv_ram_budget_mb=s.kv_ram_budget_mb,
-        kv_disk_budget_mb=s.kv_disk_budget_mb,
+    return settings_mod.load().load_params(
+        model_path, n_ctx=args.ctx or None, kv_type=args.kv, flash_attn=args.flash_attn
     )
 
 

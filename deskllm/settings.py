@@ -8,9 +8,12 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from deskllm import paths
+
+if TYPE_CHECKING:
+    from deskllm.engine.protocol import LoadParams
 
 log = logging.getLogger("deskllm.settings")
 
@@ -48,6 +51,22 @@ class Settings:
         if self.kv_type != "f16" and not self.flash_attn:
             problems.append("a quantized KV cache needs flash attention turned on")
         return problems
+
+    def load_params(self, model_path: str, **overrides) -> LoadParams:
+        """How to load `model_path` with these settings; `overrides` win (CLI flags)."""
+        from deskllm.engine.protocol import LoadParams
+
+        base = dict(
+            model_path=model_path,
+            n_ctx=self.n_ctx,
+            n_threads=self.n_threads,
+            n_gpu_layers=self.n_gpu_layers,
+            kv_type=self.kv_type,
+            flash_attn=self.flash_attn,
+            kv_ram_budget_mb=self.kv_ram_budget_mb,
+            kv_disk_budget_mb=self.kv_disk_budget_mb,
+        )
+        return LoadParams(**(base | {k: v for k, v in overrides.items() if v is not None}))
 
     def models_path(self) -> Path:
         return Path(self.models_dir) if self.models_dir else paths.models_dir()

@@ -1,0 +1,44 @@
+"""User settings: defaults, validation in plain words, a broken file, atomic saves."""
+
+from __future__ import annotations
+
+import json
+
+from deskllm import paths, settings
+
+
+def test_defaults_are_valid_and_round_trip():
+    s = settings.load()
+    assert s.validate() == []
+    s.n_ctx = 8192
+    s.kv_ram_budget_mb = 64
+    settings.save(s)
+    again = settings.load()
+    assert again.n_ctx == 8192 and again.kv_ram_budget_mb == 64
+    assert not list(paths.home().glob("*.tmp"))
+
+
+def test_problems_are_named():
+    s = settings.Settings(kv_type="q4_0", flash_attn=False, n_ctx=16, n_threads=-1)
+    problems = " ".join(s.validate())
+    assert "flash attention" in problems
+    assert "at least 256" in problems
+    assert "CPU threads" in problems
+    assert settings.Settings(kv_type="q9").validate()
+
+
+def test_a_broken_or_foreign_file_falls_back_to_defaults(caplog):
+    paths.settings_path().write_text("{not json", encoding="utf-8")
+    assert settings.load() == settings.Settings()
+    assert "unreadable" in caplog.text
+    paths.settings_path().write_text(json.dumps({"n_ctx": 1024, "from_the_future": 1}))
+    assert settings.load().n_ctx == 1024
+
+
+def test_load_params_take_settings_and_overrides():
+    s = settings.Settings(n_ctx=3000, kv_type="q8_0", flash_attn=True, kv_disk_budget_mb=7)
+    p = s.load_params("/m.gguf")
+    assert (p.model_path, p.n_ctx, p.kv_type, p.flash_attn) == ("/m.gguf", 3000, "q8_0", True)
+    assert p.kv_disk_budget_mb == 7
+    q = s.load_params("/m.gguf", n_ctx=512, kv_type=None)
+    assert q.n_ctx == 512 and q.kv_type == "q8_0"
