@@ -51,3 +51,15 @@ def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05) -> bool:
             return True
         time.sleep(interval)
     return predicate()
+
+
+def segfaulting_probe(_model_path: str) -> None:
+    """A probe child that dies the way the AMX crash kills it: SIGSEGV."""
+    import os
+    import signal
+
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def failing_probe(_model_path: str) -> None:
+    raise SystemExit(3)

@@ -15,6 +15,7 @@ import multiprocessing
 import os
 import platform
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from deskllm import paths
@@ -66,8 +67,11 @@ def _cache_file() -> Path:
     return paths.probe_cache_dir() / f"extra-bufts-{build_key()}.json"
 
 
-def extra_bufts_work(model_path: str | None, refresh: bool = False) -> bool:
-    """True when extra buffer types are safe to use; probes once per build and CPU."""
+def extra_bufts_work(
+    model_path: str | None, refresh: bool = False, probe: Callable[[str], None] = _probe_child
+) -> bool:
+    """True when extra buffer types are safe to use; probes once per build and CPU.
+    `probe` runs in the child (an importable function; tests pass one that crashes)."""
     cache = _cache_file()
     if not refresh and cache.is_file():
         try:
@@ -78,7 +82,7 @@ def extra_bufts_work(model_path: str | None, refresh: bool = False) -> bool:
         return False  # nothing to probe with: the safe choice
     started = time.perf_counter()
     ctx = multiprocessing.get_context("spawn")
-    child = ctx.Process(target=_probe_child, args=(model_path,), name="deskllm-bufts-probe")
+    child = ctx.Process(target=probe, args=(model_path,), name="deskllm-bufts-probe")
     child.start()
     child.join(PROBE_TIMEOUT_S)
     if child.is_alive():
