@@ -3,6 +3,8 @@ measured side by side in one run on the same model and threads (this machine is 
 noisy; only ratios from one run mean anything).
 
 Keys (all speeds tokens/s, times seconds):
+  Decode speeds are medians over --rounds rounds; their ratios are medians of the ratios
+  within each round. Every path keeps the best of REPEATS runs per round.
   tg_tps          decode through client -> engine process -> events
   raw_tg_tps      a plain llama-cpp-python create_chat_completion(stream=True) loop
   native_tg_tps   llama_decode of one token at a time from ctypes, no sampling (what
@@ -38,6 +40,7 @@ from deskllm.engine.protocol import (
 )
 
 TG_TOKENS = 128
+REPEATS = 2  # each path keeps the best of this many runs per round, all alike
 _PARAGRAPH = (
     "The lighthouse keeper wrote in her log every evening: the wind's direction, the colour of "
     "the sea, the ships that passed and the birds that rested on the gallery rail. Over the "
@@ -101,17 +104,19 @@ def _raw_tg(queue, model_path: str, n_ctx: int, n_threads: int, extra_bufts: boo
     )
     messages = [{"role": "user", "content": "Write a long story about a lighthouse."}]
     rates = []
-    for _ in range(2):
+    for _ in range(REPEATS):
         llm.reset()
         first = None
         count = 0
-        for _chunk in llm.create_chat_completion(
+        for chunk in llm.create_chat_completion(
             messages, stream=True, max_tokens=TG_TOKENS, temperature=0.0, repeat_penalty=1.0
         ):
+            if "content" not in chunk["choices"][0]["delta"]:
+                continue  # the role chunk and the final empty one carry no token
             count += 1
             if first is None:
                 first = time.perf_counter()
-        rates.append((count - 2) / (time.perf_counter() - first))  # role chunk + first token
+        rates.append((count - 1) / (time.perf_counter() - first))
     queue.put(max(rates))
 
 
@@ -126,7 +131,7 @@ def _native_tg(queue, model_path: str, n_ctx: int, n_threads: int, extra_bufts: 
     )
     one = (L.llama_token * 1)()
     rates = []
-    for _ in range(2):
+    for _ in range(REPEATS):
         rt.clear()
         one[0] = 1
         L.llama_decode(rt.ctx, L.llama_batch_get_one(one, 1))
@@ -219,22 +224,33 @@ def run_bench(params: LoadParams, rounds: int = 3) -> dict:
             temperature=0.0, repeat_penalty=1.0, max_tokens=TG_TOKENS, ignore_eos=True
         )
         tg, raw, native = [], [], []
+        prompt = [ChatMessage("user", "Write a long story about a lighthouse.")]
         for _ in range(rounds):
-            # Interleaved so that load on the machine hits each path alike.
+            # Interleaved, and compared within each round, so that load on the machine hits
+            # the paths alike.
             raw.append(
                 _in_child(_raw_tg, p.model_path, loaded.n_ctx, p.n_threads, p.use_extra_bufts)
             )
             native.append(
                 _in_child(_native_tg, p.model_path, loaded.n_ctx, p.n_threads, p.use_extra_bufts)
             )
-            prompt = [ChatMessage("user", "Write a long story about a lighthouse.")]
-            tg.append(_client_tg_tps(client.chat(uuid.uuid4().hex, prompt, tg_sampling)))
+            tg.append(
+                max(
+                    _client_tg_tps(client.chat(uuid.uuid4().hex, prompt, tg_sampling))
+                    for _ in range(REPEATS)
+                )
+            )
         # Medians: one round disturbed by another process on the machine does not move them.
         result.update(
             tg_tps=statistics.median(tg),
             raw_tg_tps=statistics.median(raw),
             native_tg_tps=statistics.median(native),
         )
+        per_round = {
+            "tg_over_raw": statistics.median(a / r for a, r in zip(tg, raw, strict=True)),
+            "tg_over_native": statistics.median(a / n for a, n in zip(tg, native, strict=True)),
+            "raw_over_native": statistics.median(r / n for r, n in zip(raw, native, strict=True)),
+        }
 
         # Prompt caching over a ~1,500-token history.
         short = Sampling(temperature=0.0, max_tokens=8, ignore_eos=True)
@@ -263,9 +279,7 @@ def run_bench(params: LoadParams, rounds: int = 3) -> dict:
         result["reeval_s"] = cold.metrics.ttft_s
         result.update(_stop_and_recover(client))
     result["ratios"] = {
-        "tg_over_raw": result["tg_tps"] / result["raw_tg_tps"],
-        "tg_over_native": result["tg_tps"] / result["native_tg_tps"],
-        "raw_over_native": result["raw_tg_tps"] / result["native_tg_tps"],
+        **per_round,
         "cached_ttft_over_ttft": result["cached_ttft_s"] / result["ttft_s"],
         "restore_over_reeval": result["restore_s"] / result["reeval_s"],
     }

@@ -124,3 +124,30 @@ def test_context_overflow_drops_oldest_turns_but_keeps_the_system_prompt(load_pa
                                    SHORT))
         assert huge.final.kind == "context" and "does not fit" in huge.final.message
         assert collect(client.chat(uuid.uuid4().hex, [long_history[-1]], SHORT)).done.text
+
+
+def test_quantized_kv_cache_with_flash_attention(load_params):
+    params = load_params(kv_type="q8_0", flash_attn=True, n_ctx=1024)
+    cid = uuid.uuid4().hex
+    with EngineClient() as client:
+        loaded = client.load(params)
+        assert loaded.n_ctx == 1024
+        # llama.cpp's own report: the KV buffer of a q8_0 cache is about half of f16's.
+        kv = sum(v for k, v in loaded.buffers.items() if k.endswith(" KV"))
+        assert kv > 0
+        first = turn(client, cid, conversation("q8"))
+        second = turn(client, cid, conversation("q8") + [
+            ChatMessage("assistant", first.text), ChatMessage("user", "And then?")])
+    assert first.text and second.metrics.cached_tokens >= first.metrics.prompt_tokens
+    with EngineClient() as client:
+        f16 = client.load(load_params(n_ctx=1024))
+    kv_f16 = sum(v for k, v in f16.buffers.items() if k.endswith(" KV"))
+    assert 0.4 < kv / kv_f16 < 0.65
+
+
+def test_itl_percentiles_are_reported(engine):
+    s = Sampling(temperature=0.0, max_tokens=30, ignore_eos=True)
+    done = collect(engine.chat(uuid.uuid4().hex, [ChatMessage("user", "Count.")], s)).done
+    m = done.metrics
+    assert m.itl_p50_ms and m.itl_p95_ms and 0 < m.itl_p50_ms <= m.itl_p95_ms
+    assert m.tg_tps and abs(1000 / m.itl_p50_ms - m.tg_tps) / m.tg_tps < 0.5
