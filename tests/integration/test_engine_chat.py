@@ -90,11 +90,11 @@ def test_stop_during_decode_keeps_the_partial_reply(engine):
                 engine.cancel()
         elif isinstance(event, Done):
             final = event
-    latency = time.perf_counter() - cancelled_at
+    assert cancelled_at is not None
     assert final is not None and final.finish_reason == "cancelled"
     assert final.text == "".join(deltas) and final.text
+    # Stopped within a few tokens (the 100 ms target is measured by `deskllm bench`).
     assert 10 <= final.metrics.generated_tokens < 100
-    assert latency < 1.0  # the target (100 ms) is measured by `deskllm bench`
 
 
 def test_stop_interrupts_a_long_prompt_evaluation(engine):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-import time
 import uuid
 from pathlib import Path
 
@@ -58,10 +57,9 @@ def test_engine_death_mid_reply_is_reported_and_survived(load_params, sig):
         assert final.reason in messages[1].metrics["error"]
 
         # The next request starts a fresh engine, reloads the model and answers.
-        started = time.perf_counter()
+        # (The 5 s target for this is measured by `deskllm bench`: crash_recover_s.)
         got = collect(session.send(conversation.id, "Hello again.", SHORT))
         assert got.done.text
-        assert time.perf_counter() - started < 30  # target 5 s: measured by `deskllm bench`
         assert client.pid is not None and client.pid != first_pid
         assert store.messages(conversation.id)[-1].status == "complete"
 
