@@ -86,6 +86,9 @@ def _client_tg_tps(events) -> float:
 
 def _raw_tg(queue, model_path: str, n_ctx: int, n_threads: int, extra_bufts: bool) -> None:
     """Plain llama-cpp-python, the way most apps call it."""
+    from deskllm.engine import build
+
+    build.activate()
     import llama_cpp
     import llama_cpp.llama_cpp as low
 

@@ -50,16 +50,10 @@ def _cpu_flags() -> str:
 
 
 def build_key() -> str:
-    """Engine library identity + CPU identity."""
-    import llama_cpp
+    """Engine library identity + CPU identity (without loading llama.cpp in this process)."""
+    from deskllm.engine import build
 
-    lib_path = getattr(getattr(llama_cpp.llama_cpp, "_lib", None), "_name", "") or ""
-    try:
-        st = os.stat(lib_path)
-        lib_id = f"{lib_path}:{st.st_size}:{st.st_mtime_ns}"
-    except OSError:
-        lib_id = lib_path
-    blob = f"{llama_cpp.__version__}|{lib_id}|{platform.machine()}|{_cpu_flags()}"
+    blob = f"{build.build_id()}|{platform.machine()}|{_cpu_flags()}"
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

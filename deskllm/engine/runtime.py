@@ -18,10 +18,14 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-import llama_cpp as L
+from deskllm.engine import build
 
-from deskllm.engine.kv_cache import KvState
-from deskllm.engine.protocol import LoadParams, Sampling
+build.activate()  # the chosen llama.cpp build, before it is imported
+
+import llama_cpp as L  # noqa: E402
+
+from deskllm.engine.kv_cache import KvState  # noqa: E402
+from deskllm.engine.protocol import LoadParams, Sampling  # noqa: E402
 
 log = logging.getLogger("deskllm.engine")
 
@@ -67,9 +71,9 @@ def _load_dynamic_backends() -> None:
     """Release builds (GGML_BACKEND_DL=ON) register no backend until they are loaded from the
     library folder; llama.cpp then refuses every model. A missing GPU driver only makes that
     backend's library fail to load, which ggml skips."""
-    from deskllm.hardware.engine_devices import library_dir, load_libraries
+    from deskllm.hardware.engine_devices import load_libraries
 
-    lib_dir = library_dir()
+    lib_dir = build.library_dir()
     if lib_dir is None:
         return
     try:

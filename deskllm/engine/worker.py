@@ -18,6 +18,7 @@ from pathlib import Path
 import psutil
 
 from deskllm.catalog.gguf_header import GgufError, read_header
+from deskllm.engine import build
 from deskllm.engine.chat_template import ChatTemplate, TemplateRefused
 from deskllm.engine.kv_cache import KvStateCache, make_guard, model_identity
 from deskllm.engine.protocol import (
@@ -153,7 +154,7 @@ class Worker:
             kv_type=params.kv_type,
             flash_attn=params.flash_attn,
             template=hashlib.sha256((source or "").encode()).hexdigest(),
-            build=_engine_build(),
+            build=build.build_id(),
         )
         disk_dir = Path(params.kv_disk_dir) if params.kv_disk_dir else None
         self.cache = KvStateCache(
@@ -363,18 +364,6 @@ class Worker:
                 warnings=tuple(warnings),
             )
         )
-
-
-def _engine_build() -> str:
-    import llama_cpp
-
-    lib = getattr(llama_cpp.llama_cpp, "_lib", None)
-    path = getattr(lib, "_name", "") or ""
-    try:
-        st = os.stat(path)
-        return f"{llama_cpp.__version__}:{st.st_size}:{st.st_mtime_ns}"
-    except OSError:
-        return llama_cpp.__version__
 
 
 class NvmlProcessMemory:

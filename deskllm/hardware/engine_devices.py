@@ -42,12 +42,11 @@ def unavailable(reason: str, wall_ms: float | None = None) -> plain.Plain:
 
 
 def library_dir() -> Path | None:
-    """llama-cpp-python's bundled native libraries, found without importing the package."""
-    spec = importlib.util.find_spec("llama_cpp")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(next(iter(spec.submodule_search_locations))) / "lib"
-    return path if path.is_dir() else None
+    """llama-cpp-python's bundled native libraries (of the build the engine uses), found
+    without importing the package."""
+    from deskllm.engine import build
+
+    return build.library_dir()
 
 
 def read_engine(lib_dir: Path | None = None) -> plain.Plain:
