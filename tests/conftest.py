@@ -108,3 +108,4 @@ def load_params(starter_model: Path, extra_bufts: bool, tmp_path: Path):
         return LoadParams(**(base | changes))
 
     return make
+from hub_fixtures import *  # noqa: E402,F401,F403

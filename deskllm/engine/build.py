@@ -35,8 +35,12 @@ def activate() -> None:
 
 
 def library_dir() -> Path | None:
-    """The folder of the build's native libraries, found without loading them."""
-    activate()
+    """The folder of the build's native libraries, found without loading them (and without
+    touching this process's sys.path)."""
+    chosen = engine_dir()
+    if chosen is not None:
+        path = chosen / "llama_cpp" / "lib"
+        return path if path.is_dir() else None
     spec = importlib.util.find_spec("llama_cpp")
     if spec is None or not spec.submodule_search_locations:
         return None
