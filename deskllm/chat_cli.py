@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from pathlib import Path
 
+from sqlite_utils import Database
+
 from deskllm import settings as settings_mod
 from deskllm.engine.client import EngineClient, EngineError
-from deskllm.engine.protocol import Done, Error, Exited, LoadParams, Sampling, TextDelta
+from deskllm.engine.protocol import (
+    Done,
+    Error,
+    Exited,
+    Loaded,
+    LoadParams,
+    Sampling,
+    TextDelta,
+)
 from deskllm.session import ChatSession
 from deskllm.store import ConversationStore, ModelLibrary, open_database
 
@@ -74,6 +85,17 @@ def _print_metrics(done: Done) -> None:
         print(f"[note: {warning}]", file=sys.stderr)
 
 
+def _calibrate(db: Database, params: LoadParams, loaded: Loaded) -> None:
+    """Tell the planner how far its estimate was from this load; never stops the chat."""
+    from deskllm.catalog.gguf_header import read_header
+    from deskllm.planner.calibration import record_load
+
+    try:
+        record_load(db, read_header(params.model_path), params, loaded)
+    except Exception:
+        logging.getLogger("deskllm.planner").warning("load not recorded", exc_info=True)
+
+
 def cmd_chat(args: argparse.Namespace) -> int:
     db = open_database()
     library, store = ModelLibrary(db), ConversationStore(db)
@@ -90,10 +112,11 @@ def cmd_chat(args: argparse.Namespace) -> int:
     )
     with EngineClient() as client:
         try:
-            client.load(load_params(args, model_path))
+            loaded = client.load(load_params(args, model_path))
         except EngineError as exc:
             print(f"deskllm: {exc}", file=sys.stderr)
             return 1
+        _calibrate(db, client.params, loaded)
         session = ChatSession(client, store)
         title = (args.prompt or "Terminal chat")[:60]
         conversation = store.create(

@@ -12,6 +12,9 @@ COMMAND_MODULES = (
     "deskllm.hardware.cli",
     "deskllm.chat_cli",
     "deskllm.bench_cli",
+    "deskllm.catalog.cli",
+    "deskllm.downloads.cli",
+    "deskllm.planner.cli",
 )
 
 

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from multiprocessing.connection import wait
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from deskllm import paths
 from deskllm.catalog.gguf_header import GgufError, read_header
@@ -39,6 +40,9 @@ from deskllm.engine.protocol import (
     StatusReport,
     Unload,
 )
+
+if TYPE_CHECKING:
+    from deskllm.hardware.report import HardwareReport
 
 log = logging.getLogger("deskllm.engine")
 
@@ -99,6 +103,7 @@ class EngineClient:
         self._ctx = multiprocessing.get_context("spawn")
         self._process = None
         self._conn = None
+        self._env: dict[str, str] = {}
         self._send_lock = threading.Lock()
         self._request_lock = threading.Lock()
         self._ids = itertools.count(1)
@@ -111,15 +116,24 @@ class EngineClient:
     def pid(self) -> int | None:
         return self._process.pid if self._process and self._process.is_alive() else None
 
-    def _ensure_process(self) -> None:
+    def _ensure_process(self, env: dict[str, str] | None = None) -> None:
+        """A live worker whose environment is `env` (settings ggml reads once per process,
+        such as the visible Vulkan devices: a change needs a fresh worker)."""
+        env = env or {}
         if self._process is not None and self._process.is_alive():
-            return
+            if env == self._env:
+                return
+            self.close()
         from deskllm.engine.worker import worker_main
 
         parent, child = self._ctx.Pipe()
         process = self._ctx.Process(
-            target=worker_main, args=(child, self._log_level), name="deskllm-engine", daemon=True
+            target=worker_main,
+            args=(child, self._log_level, env),
+            name="deskllm-engine",
+            daemon=True,
         )
+        self._env = env
         process.start()
         child.close()
         self._process, self._conn = process, parent
@@ -151,15 +165,26 @@ class EngineClient:
 
     # API --------------------------------------------------------------------------------------
     def load(
-        self, params: LoadParams, on_progress: Callable[[float], None] | None = None
+        self,
+        params: LoadParams,
+        on_progress: Callable[[float], None] | None = None,
+        *,
+        hardware: HardwareReport | None = None,
     ) -> Loaded:
-        """Load a model (replacing the current one). Raises EngineError with a clear message."""
+        """Load a model (replacing the current one). Raises EngineError with a clear message;
+        kind "too_big" when the planner finds it cannot fit `hardware` (by default this
+        machine's report, probed once per process)."""
+        from deskllm.planner.guard import load_refusal
+
         path = Path(params.model_path)
         try:
             header = read_header(path)
         except GgufError as exc:
             raise EngineError(str(exc), kind="bad_model") from None
         params = resolve_params(replace(params, model_path=str(path)), header.context_length)
+        refusal = load_refusal(header, params, hardware)
+        if refusal:
+            raise EngineError(refusal, kind="too_big")
         if params.use_extra_bufts is None:
             from deskllm.engine.extra_bufts_probe import extra_bufts_work
             from deskllm.starter import starter_model_path
@@ -173,7 +198,8 @@ class EngineClient:
     def _load_locked(
         self, params: LoadParams, on_progress: Callable[[float], None] | None = None
     ) -> Loaded:
-        self._ensure_process()
+        env = {"GGML_VK_VISIBLE_DEVICES": params.vulkan_devices} if params.vulkan_devices else {}
+        self._ensure_process(env)
         self._send(Load(params))
         for event in self._events():
             if isinstance(event, LoadProgress):

@@ -26,6 +26,9 @@ class LoadParams:
     kv_ram_budget_mb: int = 512
     kv_disk_budget_mb: int = 2048
     kv_disk_dir: str = ""
+    # Vulkan physical device indices llama.cpp may use ("0", "0,1"). None: ggml's own choice,
+    # which skips CPU-type devices (llvmpipe); naming one is how a user chooses it.
+    vulkan_devices: str | None = None
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from deskllm.engine.protocol import LoadParams, Sampling  # noqa: E402
 log = logging.getLogger("deskllm.engine")
 
 KV_TYPE_IDS = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 8}
-_BUFFER_RE = re.compile(r"\b(\S+) (model|KV|compute|output|RS) buffer size =\s+([\d.]+) MiB")
+_BUFFER_RE = re.compile(r"\b(\S+)\s+(model|KV|compute|output|RS) buffer size =\s+([\d.]+) MiB")
 
 _backend_ready = False
 _log_lines: list[str] = []

@@ -161,7 +161,7 @@ class Worker:
             guard, params.kv_ram_budget_mb << 20, disk_dir, params.kv_disk_budget_mb << 20
         )
         self.current_conversation = None
-        self.device = _device_name(params.n_gpu_layers)
+        self.device = _device_name(runtime.buffers)
         self.vram = NvmlProcessMemory() if params.n_gpu_layers != 0 else None
         warnings = (self.template.warning,) if self.template.warning else ()
         self.send(
@@ -398,20 +398,26 @@ class NvmlProcessMemory:
         return total if seen else None
 
 
-def _device_name(n_gpu_layers: int) -> str:
-    if n_gpu_layers == 0:
+def _device_name(buffers: dict[str, float]) -> str:
+    """Where the weights are, from llama.cpp's own buffer report ("Vulkan0 model", ...)."""
+    names = {key.split(" ")[0] for key in buffers if key.endswith(" model")}
+    gpus = sorted(n for n in names if not n.startswith("CPU") and not n.endswith("_Host"))
+    if not gpus:
         return "CPU"
     try:
-        from deskllm.hardware.engine_devices import read_engine
+        from deskllm.hardware.engine_devices import device_descriptions
 
-        devices = (read_engine().get("engine") or {}).get("devices") or []
-        gpus = [d for d in devices if d.get("type") != "cpu"]
-        return gpus[0].get("description") or gpus[0].get("name") if gpus else "CPU"
+        described = device_descriptions()
     except Exception:  # the readout is informational; never fail a load over it
-        return "GPU"
+        described = {}
+    return ", ".join(described.get(n, n) for n in gpus)
 
 
-def worker_main(conn: Connection, log_level: int = logging.WARNING) -> None:
-    """Entry point of the engine process (multiprocessing spawn target)."""
+def worker_main(
+    conn: Connection, log_level: int = logging.WARNING, env: dict[str, str] | None = None
+) -> None:
+    """Entry point of the engine process (multiprocessing spawn target). `env` is applied
+    before llama.cpp is loaded: ggml reads some settings once per process."""
+    os.environ.update(env or {})
     logging.basicConfig(level=log_level, format="%(levelname)s %(name)s[engine]: %(message)s")
     Worker(conn).run()

@@ -32,6 +32,9 @@ class _Feature(ctypes.Structure):
     _fields_ = [("name", c_char_p), ("value", c_char_p)]
 
 
+VISIBLE_DEVICES_ENV = "GGML_VK_VISIBLE_DEVICES"
+
+
 def unavailable(reason: str, wall_ms: float | None = None) -> plain.Plain:
     """A plain report.EngineProbe for an engine that cannot be used."""
     return {
@@ -57,6 +60,7 @@ def read_engine(lib_dir: Path | None = None) -> plain.Plain:
     if lib_dir is None:
         reason = "llama-cpp-python is not installed: there is no engine to run models"
         return unavailable(reason, elapsed_ms(start))
+    _make_every_vulkan_device_visible(lib_dir)
     try:
         ggml, llama = load_libraries(lib_dir)
     except OSError as exc:
@@ -92,6 +96,33 @@ def read_engine(lib_dir: Path | None = None) -> plain.Plain:
     )
     status = plain.status("engine", True, None, str(lib_dir), _package_version(), elapsed_ms(start))
     return {"status": status, "engine": engine, "errors": []}
+
+
+def device_descriptions() -> dict[str, str]:
+    """ggml device name -> description ("Vulkan0" -> "llvmpipe (...)") of the devices the
+    llama.cpp build in this process registered, as it registered them (nothing re-probed)."""
+    lib_dir = library_dir()
+    if lib_dir is None:
+        return {}
+    ggml, _llama = load_libraries(lib_dir)
+    _declare(ggml)
+    count = ggml.ggml_backend_dev_count()
+    devices = (_describe(ggml, ggml.ggml_backend_dev_get(i)) for i in range(count))
+    return {d["name"]: d["description"] or d["name"] for d in devices}
+
+
+def _make_every_vulkan_device_visible(lib_dir: Path) -> None:
+    """ggml's Vulkan backend hides CPU-type devices (Mesa llvmpipe) and, when a discrete GPU is
+    present, integrated ones, unless GGML_VK_VISIBLE_DEVICES names them. The report is about
+    what this build *can* use, so the probe (a child process) names every device; the engine
+    names only the one the user or the planner chose (LoadParams.vulkan_devices)."""
+    if VISIBLE_DEVICES_ENV in os.environ or not any(lib_dir.glob("*ggml-vulkan*")):
+        return
+    from deskllm.hardware.vulkan import read_vulkan
+
+    count = len(read_vulkan().get("devices") or [])
+    if count:
+        os.environ[VISIBLE_DEVICES_ENV] = ",".join(str(i) for i in range(count))
 
 
 def _package_version() -> str | None:

@@ -76,3 +76,72 @@ def m001_conversations_messages_models(db: Database) -> None:
 def m002_message_search(db: Database) -> None:
     # Full-text search over message content, kept current by triggers (sidebar search).
     db["messages"].enable_fts(["content"], create_triggers=True, tokenize="porter")
+
+
+@migration
+def m003_catalog_cache(db: Database) -> None:
+    # Hub answers kept for offline use: search results, repo details, remote GGUF headers.
+    db["catalog_cache"].create(
+        {
+            "kind": str,  # search | repo | header
+            "key": str,  # endpoint-qualified, see deskllm.catalog.cache
+            "payload": str,  # JSON
+            "fetched_at": float,  # unix seconds
+        },
+        pk=("kind", "key"),
+        not_null={"payload", "fetched_at"},
+    )
+
+
+@migration
+def m004_downloads(db: Database) -> None:
+    # The download queue (deskllm.downloads.manager): survives an app restart. The bytes live in
+    # <file>.part + its sidecar; a row says what to fetch and where it stands.
+    db["downloads"].create(
+        {
+            "id": int,
+            "repo_id": str,
+            "name": str,  # the model file (first part) path in the repo
+            "quant": str,
+            "parts": str,  # JSON: [{repo_id, path, size, sha256, revision}, ...]
+            "total_bytes": int,
+            "bytes_done": int,
+            "state": str,  # queued | downloading | paused | verifying | done | failed | cancelled
+            "error": str,
+            "path": str,  # the final file once done
+            "model_id": int,  # its row in models once done
+            "created_at": float,
+            "updated_at": float,
+        },
+        pk="id",
+        not_null={"repo_id", "name", "parts", "state"},
+        defaults={"bytes_done": 0, "state": "queued"},
+    )
+    db["downloads"].create_index(["repo_id", "name"])
+
+
+@migration
+def m005_calibration(db: Database) -> None:
+    # Memory estimates vs what llama.cpp and the OS reported after each load (deskllm.planner
+    # .calibration): later estimates on the same machine are corrected with them.
+    db["calibration"].create(
+        {
+            "id": int,
+            "machine": str,  # deskllm.planner.calibration.machine_id: machine and engine build
+            "architecture": str,
+            "model": str,  # file name
+            "n_ctx": int,
+            "kv_type": str,
+            "flash_attn": int,
+            "n_gpu_layers": int,
+            "predicted": str,  # JSON: {model, kv, compute, rss} in bytes, uncorrected
+            "measured": str,  # JSON: the same keys as llama.cpp and psutil reported them
+            "compute_ratio": float,  # measured / predicted compute buffers
+            "rss_offset": int,  # measured - predicted engine RSS, bytes
+            "total_error": float,  # (measured - predicted) / predicted, model + KV + compute
+            "created_at": float,
+        },
+        pk="id",
+        not_null={"machine", "architecture", "created_at"},
+    )
+    db["calibration"].create_index(["machine", "architecture", "id"])

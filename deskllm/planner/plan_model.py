@@ -1,0 +1,56 @@
+"""Plan every quantization of a model for a machine: the library face of `deskllm plan`,
+also used by `deskllm download` to pick the quant when none is named."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from deskllm.catalog.quants import quality_rank
+from deskllm.hardware.report import HardwareReport
+from deskllm.planner.fit import FitPlanner, QuantPlan, Recommendation
+from deskllm.planner.memory import Corrections
+from deskllm.planner.sources import Unreadable, find_sources
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    model: str
+    n_ctx: int
+    kv_type: str
+    planner: FitPlanner
+    plans: tuple[QuantPlan, ...]  # best quality first
+    recommended: Recommendation | None
+    errors: tuple[Unreadable, ...]
+
+
+def plan_model(
+    model: str,
+    hardware: HardwareReport,
+    *,
+    n_ctx: int = 0,
+    kv_type: str | None = None,
+    gpu: str | None = None,
+    corrections: Callable[[str], Corrections] | None = None,
+) -> ModelPlan:
+    """MODEL is a .gguf file, a folder of them or a Hub repo id. Raises SourceError (and the
+    catalog's errors) when nothing can be read; ValueError for an unknown `gpu`."""
+    from deskllm import settings as settings_mod
+
+    sources = find_sources(model)
+    settings = settings_mod.load()
+    planner = FitPlanner(hardware, target=gpu, corrections=corrections)
+    n_ctx = n_ctx or settings.n_ctx
+    if sources.candidates:
+        trained = sources.candidates[0].header.context_length
+        n_ctx = min(n_ctx, trained) if trained else n_ctx
+    kv = kv_type or settings.kv_type
+    plans = sorted(
+        (
+            QuantPlan(c.file, c.quant, c.size_bytes, planner.plan(c.header, n_ctx, kv))
+            for c in sources.candidates
+        ),
+        key=lambda p: (quality_rank(p.quant), p.size_bytes),
+    )
+    best = planner.recommend(plans) if plans else None
+    return ModelPlan(model, n_ctx, kv, planner, tuple(plans), best, tuple(sources.errors))
