@@ -31,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     from deskllm.gui.engine_bridge import EngineBridge
     from deskllm.gui.main_window import MainWindow, run_window
     from deskllm.gui.qt import QApplication, QIcon, QMessageBox, QSettings
+    from deskllm.gui.theme import apply_theme
     from deskllm.store import ConversationStore, DatabaseTooNew, ModelLibrary, open_database
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
@@ -54,11 +55,13 @@ def main(argv: list[str] | None = None) -> int:
         QMessageBox.critical(None, "No model", str(exc))
         return 1
 
-    params = settings_mod.load().load_params(model_path)
+    user_settings = settings_mod.load()
+    apply_theme(app, user_settings.theme)
+    params = user_settings.load_params(model_path)
     client = EngineClient()
     bridge = EngineBridge(client, paths.database_path())
     gui_state = QSettings(str(paths.home() / "gui.ini"), QSettings.Format.IniFormat)
-    window = MainWindow(store, bridge, params, gui_state)
+    window = MainWindow(store, bridge, params, gui_state, user_settings, library)
     try:
         return run_window(window)
     finally:

@@ -85,12 +85,13 @@ def _check_database() -> dict[str, Any]:
 def _check_qt() -> dict[str, Any]:
     if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from deskllm.gui.qt import QApplication, QTextBrowser
+    from deskllm.gui.qt import QApplication, QLabel, QTextDocument
 
     app = QApplication.instance() or QApplication(["deskllm-self-test"])
-    view = QTextBrowser()
-    view.setMarkdown("**ok** `code`")
-    text = view.toPlainText()
+    QLabel("a widget").grab()  # the platform plugin really paints
+    document = QTextDocument()
+    document.setMarkdown("**ok** `code`")
+    text = document.toPlainText()
     if "ok" not in text:
         raise RuntimeError("Qt could not render markdown")
     return {"platform": app.platformName()}

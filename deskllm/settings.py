@@ -19,6 +19,9 @@ log = logging.getLogger("deskllm.settings")
 
 KvType = Literal["f16", "q8_0", "q4_0"]
 KV_TYPES: tuple[str, ...] = ("f16", "q8_0", "q4_0")
+GPU_OFFLOAD_MODES: tuple[str, ...] = ("auto", "manual", "off")
+SEND_KEYS: tuple[str, ...] = ("enter", "ctrl+enter")
+THEMES: tuple[str, ...] = ("system", "light", "dark")
 
 
 @dataclass
@@ -30,11 +33,12 @@ class Settings:
     n_ctx: int = 4096  # default context; capped by the model's training context
     kv_type: str = "f16"
     flash_attn: bool = False
-    n_gpu_layers: int = 0  # -1: all layers
+    gpu_offload: str = "auto"  # auto | manual (n_gpu_layers) | off
+    n_gpu_layers: int = 0  # layers on the GPU when gpu_offload is "manual"; -1: all layers
     kv_ram_budget_mb: int = 512
     kv_disk_budget_mb: int = 2048
     send_key: str = "enter"  # "enter" or "ctrl+enter"
-    theme: str = "system"
+    theme: str = "system"  # system | light | dark
     extra: dict = field(default_factory=dict)
 
     def validate(self) -> list[str]:
@@ -50,7 +54,25 @@ class Settings:
             problems.append("cache budgets cannot be negative")
         if self.kv_type != "f16" and not self.flash_attn:
             problems.append("a quantized KV cache needs flash attention turned on")
+        if self.gpu_offload not in GPU_OFFLOAD_MODES:
+            problems.append(f"GPU offload must be one of {', '.join(GPU_OFFLOAD_MODES)}")
+        elif self.gpu_offload == "manual" and self.n_gpu_layers == 0:
+            problems.append("manual GPU offload needs at least 1 layer (or -1 for all)")
+        if self.n_gpu_layers < -1:
+            problems.append("GPU layers must be -1 (all) or more")
+        if self.send_key not in SEND_KEYS:
+            problems.append(f"send key must be one of {', '.join(SEND_KEYS)}")
+        if self.theme not in THEMES:
+            problems.append(f"theme must be one of {', '.join(THEMES)}")
+        if self.models_dir and Path(self.models_dir).expanduser().is_file():
+            problems.append(f"the models folder {self.models_dir} is a file, not a folder")
         return problems
+
+    def gpu_layers(self) -> int:
+        """Layers to offload: "manual" takes n_gpu_layers; "off" and "auto" give 0 here, and
+        with "auto" the engine client asks the planner for the most layers that fit this
+        machine's GPU (LoadParams.gpu_auto)."""
+        return self.n_gpu_layers if self.gpu_offload == "manual" else 0
 
     def load_params(self, model_path: str, **overrides) -> LoadParams:
         """How to load `model_path` with these settings; `overrides` win (CLI flags)."""
@@ -60,7 +82,8 @@ class Settings:
             model_path=model_path,
             n_ctx=self.n_ctx,
             n_threads=self.n_threads,
-            n_gpu_layers=self.n_gpu_layers,
+            n_gpu_layers=self.gpu_layers(),
+            gpu_auto=self.gpu_offload == "auto",
             kv_type=self.kv_type,
             flash_attn=self.flash_attn,
             kv_ram_budget_mb=self.kv_ram_budget_mb,
@@ -69,7 +92,7 @@ class Settings:
         return LoadParams(**(base | {k: v for k, v in overrides.items() if v is not None}))
 
     def models_path(self) -> Path:
-        return Path(self.models_dir) if self.models_dir else paths.models_dir()
+        return Path(self.models_dir).expanduser() if self.models_dir else paths.models_dir()
 
     def threads(self) -> int:
         if self.n_threads > 0:
@@ -90,6 +113,8 @@ def load(path: Path | None = None) -> Settings:
         log.warning("settings file %s is unreadable (%s); using defaults", path, exc)
         return Settings()
     known = {f.name for f in dataclasses.fields(Settings)}
+    if "gpu_offload" not in raw and raw.get("n_gpu_layers"):
+        raw["gpu_offload"] = "manual"  # written before the mode existed: keep its layers
     return Settings(**{k: v for k, v in raw.items() if k in known})
 
 

@@ -174,7 +174,7 @@ class EngineClient:
         """Load a model (replacing the current one). Raises EngineError with a clear message;
         kind "too_big" when the planner finds it cannot fit `hardware` (by default this
         machine's report, probed once per process)."""
-        from deskllm.planner.guard import load_refusal
+        from deskllm.planner.guard import auto_gpu_layers, load_refusal
 
         path = Path(params.model_path)
         try:
@@ -182,6 +182,9 @@ class EngineClient:
         except GgufError as exc:
             raise EngineError(str(exc), kind="bad_model") from None
         params = resolve_params(replace(params, model_path=str(path)), header.context_length)
+        if params.gpu_auto:
+            layers = auto_gpu_layers(header, params, hardware)
+            params = replace(params, n_gpu_layers=layers, gpu_auto=False)
         refusal = load_refusal(header, params, hardware)
         if refusal:
             raise EngineError(refusal, kind="too_big")

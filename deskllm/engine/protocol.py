@@ -20,6 +20,7 @@ class LoadParams:
     n_threads: int = 0  # 0: physical cores
     n_batch: int = 512
     n_gpu_layers: int = 0
+    gpu_auto: bool = False  # let the planner choose n_gpu_layers for this machine
     kv_type: str = "f16"  # f16 | q8_0 | q4_0 (quantized V needs flash_attn)
     flash_attn: bool = False
     use_extra_bufts: bool | None = None  # None: decided by the crash-safe probe

@@ -1,39 +1,95 @@
-"""Conversation → Markdown for the chat view (Qt renders the Markdown itself)."""
+"""Text for the chat view, Qt-free: a message split into prose and fenced code blocks (Qt
+renders the prose Markdown itself), the notes under a message and its figures."""
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+
 from deskllm.store.conversations import Message
 
-_ROLE_TITLES = {"user": "You", "assistant": "Assistant", "system": "System"}
-_STATUS_NOTES = {
-    "interrupted": "*(interrupted — the reply was stopped or the engine ended; regenerate to "
-    "try again)*",
-    "error": "*(error)*",
-}
+ROLE_TITLES = {"user": "You", "assistant": "Assistant", "system": "System"}
+# CommonMark: a fence is 3+ backticks or tildes, indented by at most 3 spaces.
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})\s*([^`\s]*)[^`]*$")
 
 
-def message_markdown(message: Message, streaming_text: str | None = None) -> str:
-    text = streaming_text if streaming_text is not None else message.content
-    parts = [f"**{_ROLE_TITLES.get(message.role, message.role)}**", "", text or "…"]
-    note = _STATUS_NOTES.get(message.status)
-    if streaming_text is None and note:
-        error = message.metrics.get("error")
-        parts += ["", note + (f" {error}" if error else "")]
-    if message.metrics.get("dropped_messages"):
-        parts += ["", f"*({message.metrics['dropped_messages']} old messages were left out to "
-                  "fit the context)*"]
-    return "\n".join(parts)
+@dataclass(frozen=True)
+class Block:
+    """A run of a message: "prose" (Markdown) or "code" (the text inside a fence)."""
+
+    kind: str
+    text: str
+    lang: str = ""
 
 
-def conversation_markdown(messages: list[Message], streaming: dict[int, str]) -> str:
-    """`streaming` maps a message id to the text received so far for it."""
-    blocks = [message_markdown(m, streaming.get(m.id)) for m in messages if m.role != "system"]
-    return "\n\n---\n\n".join(blocks)
+def split_blocks(text: str) -> list[Block]:
+    """Prose and fenced code blocks in order. A fence still open at the end (a reply being
+    written) is a code block up to the end, so code shows as code while it streams."""
+    blocks: list[Block] = []
+    prose: list[str] = []
+    code: list[str] | None = None
+    fence, lang = "", ""
+    for line in text.split("\n"):
+        if code is None:
+            match = _FENCE.match(line)
+            if match:
+                _flush_prose(blocks, prose)
+                fence, lang, code = match.group(1), match.group(2), []
+            else:
+                prose.append(line)
+        elif _closes(line, fence):
+            blocks.append(Block("code", "\n".join(code), lang))
+            code = None
+        else:
+            code.append(line)
+    if code is not None:
+        blocks.append(Block("code", "\n".join(code), lang))
+    _flush_prose(blocks, prose)
+    return blocks
+
+
+def _closes(line: str, fence: str) -> bool:
+    stripped = line.strip()
+    return (
+        len(line) - len(line.lstrip(" ")) <= 3
+        and stripped.startswith(fence)
+        and set(stripped) == {fence[0]}
+    )
+
+
+def _flush_prose(blocks: list[Block], lines: list[str]) -> None:
+    text = "\n".join(lines).strip("\n")
+    if text.strip():
+        blocks.append(Block("prose", text))
+    lines.clear()
+
+
+def status_note(message: Message) -> str:
+    """Why a reply is not complete, in plain words ("" when it is)."""
+    error = message.metrics.get("error")
+    if message.status == "interrupted":
+        why = f" ({error})" if error else ""
+        return f"Interrupted{why}: the reply was cut off. Continue it or regenerate it."
+    if message.status == "error":
+        return f"Error: {error or 'the reply failed'}"
+    return ""
+
+
+def dropped_note(metrics: dict) -> str:
+    """The note shown when old turns were left out to fit the context ("" when none were)."""
+    dropped = metrics.get("dropped_messages") or 0
+    if not dropped:
+        return ""
+    words = "1 older message was" if dropped == 1 else f"{dropped} older messages were"
+    size = f" of {metrics['n_ctx']} tokens" if metrics.get("n_ctx") else ""
+    return f"{words} left out to fit the context{size}; the model did not see them."
 
 
 def metrics_line(metrics: dict) -> str:
-    """One line of figures for a reply or the live status bar."""
+    """One line of figures for a finished reply."""
     parts = []
+    if metrics.get("generated_tokens"):
+        parts.append(f"{metrics['generated_tokens']} tokens")
     if metrics.get("tg_tps"):
         parts.append(f"{metrics['tg_tps']:.1f} tok/s")
     if metrics.get("ttft_s") is not None:
@@ -45,10 +101,50 @@ def metrics_line(metrics: dict) -> str:
         )
     if metrics.get("n_ctx"):
         parts.append(f"context {metrics.get('n_past', 0)}/{metrics['n_ctx']}")
-    if metrics.get("rss_bytes"):
-        parts.append(f"RAM {metrics['rss_bytes'] / 2**20:.0f} MiB")
-    if metrics.get("vram_bytes"):
-        parts.append(f"VRAM {metrics['vram_bytes'] / 2**20:.0f} MiB")
     if metrics.get("device"):
         parts.append(metrics["device"])
     return " · ".join(parts)
+
+
+def metrics_details(metrics: dict) -> str:
+    """Every figure of a finished reply, one per line (the tooltip of its figures line)."""
+    rows = [
+        ("Finish reason", metrics.get("finish_reason")),
+        ("Generated", _fmt(metrics.get("generated_tokens"), "{} tokens")),
+        ("Decode speed", _fmt(metrics.get("tg_tps"), "{:.1f} tokens/s")),
+        ("Time to first token", _fmt(metrics.get("ttft_s"), "{:.3f} s")),
+        ("Prompt", _fmt(metrics.get("prompt_tokens"), "{} tokens")),
+        ("  from the cache", _fmt(metrics.get("cached_tokens"), "{} tokens")),
+        ("  evaluated", _fmt(metrics.get("evaluated_tokens"), "{} tokens")),
+        ("  cache restored from", metrics.get("restored_from")),
+        ("Prompt speed", _fmt(metrics.get("pp_tps"), "{:.0f} tokens/s")),
+        ("Inter-token p50 / p95", _latency(metrics)),
+        ("Context", _context(metrics)),
+        ("Engine RAM", _fmt(metrics.get("rss_bytes"), "{}", mib)),
+        ("VRAM", _fmt(metrics.get("vram_bytes"), "{}", mib)),
+        ("Device", metrics.get("device")),
+    ]
+    lines = [f"{name}: {value}" for name, value in rows if value not in (None, "")]
+    lines += [f"Warning: {w}" for w in metrics.get("warnings") or ()]
+    return "\n".join(lines)
+
+
+def mib(value: float) -> str:
+    return f"{value / 2**20:,.0f} MiB"
+
+
+def _fmt(value, pattern: str, convert=None) -> str | None:
+    if value is None:
+        return None
+    return pattern.format(convert(value) if convert else value)
+
+
+def _latency(metrics: dict) -> str | None:
+    p50, p95 = metrics.get("itl_p50_ms"), metrics.get("itl_p95_ms")
+    return None if p50 is None or p95 is None else f"{p50:.1f} / {p95:.1f} ms"
+
+
+def _context(metrics: dict) -> str | None:
+    if not metrics.get("n_ctx"):
+        return None
+    return f"{metrics.get('n_past', 0)} of {metrics['n_ctx']} tokens"

@@ -19,6 +19,7 @@ class _Worker(QObject):
     load_progress = Signal(float)
     loaded = Signal(object)  # Loaded
     load_failed = Signal(str)
+    unloaded = Signal()
     delta = Signal(str, str)  # conversation id, text
     metrics = Signal(object)  # Metrics
     finished = Signal(str, object)  # conversation id, final event (Done | Error | Exited)
@@ -44,6 +45,11 @@ class _Worker(QObject):
             self.loaded.emit(self.client.load(params, self.load_progress.emit))
         except EngineError as exc:
             self.load_failed.emit(str(exc))
+
+    @Slot()
+    def unload(self) -> None:
+        self.client.unload()
+        self.unloaded.emit()
 
     @Slot(str, str)
     def send(self, conversation_id: str, text: str) -> None:
@@ -77,11 +83,13 @@ class EngineBridge(QObject):
     load_progress = Signal(float)
     loaded = Signal(object)  # Loaded
     load_failed = Signal(str)
+    unloaded = Signal()
     delta = Signal(str, str)  # conversation id, text
     metrics = Signal(object)  # Metrics
     finished = Signal(str, object)  # conversation id, final event (Done | Error | Exited)
 
     _load = Signal(object)
+    _unload = Signal()
     _send = Signal(str, str)
     _regenerate = Signal(str)
 
@@ -93,15 +101,21 @@ class EngineBridge(QObject):
         self.worker = _Worker(client, db_path)
         self.worker.moveToThread(self.thread)
         self._load.connect(self.worker.load)
+        self._unload.connect(self.worker.unload)
         self._send.connect(self.worker.send)
         self._regenerate.connect(self.worker.regenerate)
-        for name in ("load_progress", "loaded", "load_failed", "delta", "metrics", "finished"):
+        names = ("load_progress", "loaded", "load_failed", "unloaded", "delta", "metrics",
+                 "finished")  # fmt: skip
+        for name in names:
             getattr(self.worker, name).connect(getattr(self, name))
         self.thread.finished.connect(self.worker.deleteLater)
         self.thread.start()
 
     def load(self, params: LoadParams) -> None:
         self._load.emit(params)
+
+    def unload(self) -> None:
+        self._unload.emit()
 
     def send(self, conversation_id: str, text: str) -> None:
         self._send.emit(conversation_id, text)

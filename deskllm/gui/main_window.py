@@ -1,7 +1,6 @@
-"""The main window: conversations on the left, the chat on the right, live figures below.
-
-A first, small window (the full GUI has its own issue): it streams replies, stops them, and
-keeps every message in the store.
+"""The main window: conversations on the left; Chat, Models and Hardware panels on the right;
+the model and the live figures in the status bar. It wires the panels to each other and to
+the EngineBridge, loads models, and keeps window state in the per-user gui.ini.
 """
 
 from __future__ import annotations
@@ -9,53 +8,44 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from deskllm.engine.protocol import Done, Error, Exited, LoadParams, Metrics
-from deskllm.gui.chat_render import conversation_markdown, metrics_line
+from deskllm import settings as settings_mod
+from deskllm.engine.protocol import Done, Error, Exited, Loaded, LoadParams
+from deskllm.gui.chat_panel import NEW_TITLE, ChatPanel
+from deskllm.gui.elided_label import ElidedLabel
 from deskllm.gui.engine_bridge import EngineBridge
+from deskllm.gui.hardware_panel import HardwarePanel
+from deskllm.gui.hint_banner import HintBanner
+from deskllm.gui.models_panel import ModelsPanel
 from deskllm.gui.qt import (
+    QAction,
     QApplication,
-    QHBoxLayout,
-    QLabel,
-    QListWidget,
-    QListWidgetItem,
+    QKeySequence,
     QMainWindow,
-    QMessageBox,
-    QObject,
-    QPlainTextEdit,
     QProgressBar,
-    QPushButton,
     QSettings,
     QSplitter,
-    Qt,
-    QTextBrowser,
-    QTextCursor,
-    QTimer,
+    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
-from deskllm.store.conversations import ConversationStore
+from deskllm.gui.readouts import LiveReadouts
+from deskllm.gui.settings_dialog import SettingsDialog
+from deskllm.gui.sidebar import ConversationSidebar
+from deskllm.gui.theme import apply_theme
+from deskllm.settings import Settings
+from deskllm.store import Conversation, ConversationStore, ModelLibrary
 
-REPAINT_INTERVAL_MS = 33  # streaming repaints at most ~30 times a second
+# LoadParams fields that come from the user's settings (the rest: from the app or the tests).
+_SETTINGS_FIELDS = ("n_ctx", "n_threads", "n_gpu_layers", "kv_type", "flash_attn",
+                    "kv_ram_budget_mb", "kv_disk_budget_mb")  # fmt: skip
+MODELS_HINT = (
+    "You are chatting with the small starter model, so that deskllm works offline from the "
+    "first minute. Larger models answer much better: see the <a href='models'>Models</a> panel."
+)
 
 
-class _SendKeyFilter(QObject):
-    """Enter sends, Shift+Enter starts a new line."""
-
-    def __init__(self, on_send) -> None:
-        super().__init__()
-        self.on_send = on_send
-
-    def eventFilter(self, obj, event) -> bool:  # noqa: N802 (Qt name)
-        from PySide6.QtCore import QEvent
-
-        if (
-            event.type() == QEvent.Type.KeyPress
-            and event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter)
-            and not event.modifiers() & Qt.KeyboardModifier.ShiftModifier
-        ):
-            self.on_send()
-            return True
-        return False
+def _same_file(a: str | None, b: str | None) -> bool:
+    return bool(a and b) and Path(a).resolve() == Path(b).resolve()
 
 
 class MainWindow(QMainWindow):
@@ -65,88 +55,97 @@ class MainWindow(QMainWindow):
         bridge: EngineBridge,
         load_params: LoadParams,
         gui_state: QSettings,
+        settings: Settings | None = None,
+        library: ModelLibrary | None = None,
     ) -> None:
         super().__init__()
         self.store = store
         self.bridge = bridge
-        self.load_params = load_params
+        self.load_params = load_params  # what the next load uses (the current model's path)
         self.gui_state = gui_state
-        self.conversation_id: str | None = None
-        self.streaming: dict[int, str] = {}  # message id -> text so far
-        self.streaming_conversation: str | None = None
-        self.model_ready = False
-        self._dirty = False
-
+        self.settings = settings or settings_mod.load()
+        self.library = library or ModelLibrary(store.db)
+        self.loaded_path: str | None = None
+        self.settings_dialog: SettingsDialog | None = None
         self.setWindowTitle("deskllm")
         self._build()
+        self._build_menus()
         self._connect()
-        self._repaint_timer = QTimer(self, interval=REPAINT_INTERVAL_MS)
-        self._repaint_timer.timeout.connect(self._repaint_if_dirty)
-        self._repaint_timer.start()
         self._restore_state()
 
     # Layout ----------------------------------------------------------------------------------
     def _build(self) -> None:
-        self.new_button = QPushButton("New chat")
-        self.delete_button = QPushButton("Delete")
-        self.conversation_list = QListWidget()
-        left = QWidget()
-        left_layout = QVBoxLayout(left)
-        buttons = QHBoxLayout()
-        buttons.addWidget(self.new_button)
-        buttons.addWidget(self.delete_button)
-        left_layout.addLayout(buttons)
-        left_layout.addWidget(self.conversation_list)
-
-        self.chat_view = QTextBrowser()
-        self.chat_view.setOpenExternalLinks(True)
-        self.input = QPlainTextEdit()
-        self.input.setPlaceholderText("Message (Enter to send, Shift+Enter for a new line)")
-        self.input.setMaximumHeight(120)
-        self.send_button = QPushButton("Send")
-        self.stop_button = QPushButton("Stop")
-        self.stop_button.setShortcut(Qt.Key.Key_Escape)
-        self.regenerate_button = QPushButton("Regenerate")
+        self.sidebar = ConversationSidebar(self.store)
+        self.chat = ChatPanel(self.store, self.bridge, self.library, self.ensure_model)
+        self.chat.input.set_send_key(self.settings.send_key)
+        self.models = ModelsPanel(self.library)
+        self.hardware = HardwarePanel()
+        self.tabs = QTabWidget()
+        self.tabs.setDocumentMode(True)
+        self.tabs.addTab(self.chat, "Chat")
+        self.tabs.addTab(self.models, "Models")
+        self.tabs.addTab(self.hardware, "Hardware")
+        self.hint = HintBanner(MODELS_HINT, "hints/models_panel_dismissed", self.gui_state)
         right = QWidget()
         right_layout = QVBoxLayout(right)
-        right_layout.addWidget(self.chat_view, 1)
-        right_layout.addWidget(self.input)
-        row = QHBoxLayout()
-        row.addStretch(1)
-        for button in (self.regenerate_button, self.stop_button, self.send_button):
-            row.addWidget(button)
-        right_layout.addLayout(row)
+        right_layout.setContentsMargins(0, 6, 6, 0)
+        right_layout.addWidget(self.hint)
+        right_layout.addWidget(self.tabs, 1)
 
         self.splitter = QSplitter()
-        self.splitter.addWidget(left)
+        self.splitter.addWidget(self.sidebar)
         self.splitter.addWidget(right)
         self.splitter.setStretchFactor(1, 1)
+        self.splitter.setChildrenCollapsible(False)
         self.setCentralWidget(self.splitter)
 
-        self.model_label = QLabel()
-        self.metrics_label = QLabel()
-        self.load_bar = QProgressBar(maximumWidth=160, maximum=100)
-        self.statusBar().addWidget(self.model_label)
+        self.model_label = ElidedLabel()
+        self.load_bar = QProgressBar(maximum=100)
+        self.load_bar.setMaximumWidth(12 * self.fontMetrics().height())
+        self.load_bar.hide()
+        self.readouts = LiveReadouts()
+        self.statusBar().addWidget(self.model_label, 1)
         self.statusBar().addWidget(self.load_bar)
-        self.statusBar().addPermanentWidget(self.metrics_label)
-        self._send_filter = _SendKeyFilter(self.send_clicked)
-        self.input.installEventFilter(self._send_filter)
-        self._update_buttons()
+        self.statusBar().addPermanentWidget(self.readouts)
+
+    def _build_menus(self) -> None:
+        chat = self.menuBar().addMenu("&Chat")
+        self._action(chat, "&New chat", self.new_conversation, QKeySequence.StandardKey.New)
+        self._action(chat, "Chat &settings…", self.chat.open_settings)
+        chat.addSeparator()
+        self._action(chat, "Se&ttings…", self.open_settings, QKeySequence("Ctrl+,"))
+        chat.addSeparator()
+        self._action(chat, "&Quit", self.close, QKeySequence.StandardKey.Quit)
+        view = self.menuBar().addMenu("&View")
+        for index, name in enumerate(("&Chat", "&Models", "&Hardware")):
+            show = lambda i=index: self.tabs.setCurrentIndex(i)  # noqa: E731
+            self._action(view, name, show, QKeySequence(f"Ctrl+{index + 1}"))
+
+    def _action(self, menu, text: str, slot, shortcut=None) -> QAction:
+        action = QAction(text, self)
+        if shortcut is not None:
+            action.setShortcut(shortcut)
+        action.triggered.connect(slot)
+        menu.addAction(action)
+        return action
 
     def _connect(self) -> None:
-        self.new_button.clicked.connect(self.new_conversation)
-        self.delete_button.clicked.connect(self.delete_conversation)
-        self.conversation_list.currentItemChanged.connect(self._conversation_selected)
-        self.send_button.clicked.connect(self.send_clicked)
-        self.stop_button.clicked.connect(self.bridge.stop)
-        self.regenerate_button.clicked.connect(self.regenerate_clicked)
+        self.sidebar.selected.connect(self._show_conversation)
+        self.sidebar.new_requested.connect(self.new_conversation)
+        self.sidebar.deleted.connect(self._conversation_deleted)
+        self.sidebar.renamed.connect(lambda _cid: self.chat.update_header())
+        self.chat.stream_started.connect(self._stream_started)
+        self.chat.turn_finished.connect(self._turn_finished)
+        self.chat.conversation_changed.connect(lambda cid: self.sidebar.refresh(select=cid))
+        self.models.load_requested.connect(self._load_from_models_panel)
+        self.models.unload_requested.connect(self.bridge.unload)
+        self.hint.link_activated.connect(lambda _href: self.tabs.setCurrentWidget(self.models))
         bridge = self.bridge
-        bridge.load_progress.connect(lambda f: self.load_bar.setValue(int(f * 100)))
+        bridge.load_progress.connect(self._load_progress)
         bridge.loaded.connect(self._model_loaded)
         bridge.load_failed.connect(self._model_failed)
-        bridge.delta.connect(self._on_delta)
-        bridge.metrics.connect(self._on_metrics)
-        bridge.finished.connect(self._on_finished)
+        bridge.unloaded.connect(self._model_unloaded)
+        bridge.metrics.connect(self.readouts.show_metrics)
 
     # State -----------------------------------------------------------------------------------
     def _restore_state(self) -> None:
@@ -154,178 +153,160 @@ class MainWindow(QMainWindow):
         if geometry is not None:
             self.restoreGeometry(geometry)
         else:
-            self.resize(1000, 700)
+            line = self.fontMetrics().height()  # sized in text lines: right at any scaling
+            self.resize(70 * line, 45 * line)
         splitter = self.gui_state.value("window/splitter")
         if splitter is not None:
             self.splitter.restoreState(splitter)
         else:
-            self.splitter.setSizes([240, 760])
-        self.refresh_conversations(select=self.gui_state.value("chat/last_conversation"))
-        if self.conversation_list.count() == 0:
+            line = self.fontMetrics().height()
+            self.splitter.setSizes([16 * line, 54 * line])
+        self.tabs.setCurrentIndex(self.gui_state.value("window/tab", 0, type=int))
+        self.sidebar.refresh(select=self.gui_state.value("chat/last_conversation"))
+        current = self.sidebar.current_id() or next(iter(self.sidebar.ids()), None)
+        if current is None:
             self.new_conversation()
+        else:
+            self.sidebar.refresh(select=current)
+            self._show_conversation(current)
 
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt name)
         self.gui_state.setValue("window/geometry", self.saveGeometry())
         self.gui_state.setValue("window/splitter", self.splitter.saveState())
-        if self.conversation_id:
-            self.gui_state.setValue("chat/last_conversation", self.conversation_id)
+        self.gui_state.setValue("window/tab", self.tabs.currentIndex())
+        if self.chat.conversation_id:
+            self.gui_state.setValue("chat/last_conversation", self.chat.conversation_id)
         self.gui_state.sync()
         super().closeEvent(event)
 
     # Model -----------------------------------------------------------------------------------
-    def load_model(self) -> None:
-        self.model_ready = False
-        self.model_label.setText(f"Loading {Path(self.load_params.model_path).name}…")
+    def load_model(self, model_path: str | None = None) -> None:
+        """Load `model_path` (default: the current one) with the current settings."""
+        if model_path is not None:
+            self.load_params = dataclasses.replace(self.load_params, model_path=model_path)
+        path = self.load_params.model_path
+        self.chat.set_model_ready(False)
+        self.model_label.setText(f"Loading {Path(path).name}…")
         self.load_bar.setValue(0)
         self.load_bar.show()
-        self._update_buttons()
+        self.models.set_loading(path)
         self.bridge.load(self.load_params)
 
-    def _model_loaded(self, loaded) -> None:
-        self.model_ready = True
+    def ensure_model(self, conversation: Conversation) -> None:
+        """Before a reply: load the conversation's own model if another one is loaded. The
+        load is queued on the bridge's thread ahead of the reply, so the reply waits for it."""
+        wanted = conversation.model
+        if not wanted or _same_file(wanted, self.load_params.model_path):
+            return
+        if not Path(wanted).is_file():
+            self.statusBar().showMessage(
+                f"{Path(wanted).name} is missing; this chat uses "
+                f"{Path(self.load_params.model_path).name} instead",
+                10000,
+            )
+            return
+        self.load_model(wanted)
+
+    def _load_from_models_panel(self, path: str) -> None:
+        # "Load" means: use it in the open chat (and in new chats).
+        if self.chat.conversation_id:
+            self.store.update(self.chat.conversation_id, model=path)
+            self.chat.update_header()
+        self.load_model(path)
+
+    def _load_progress(self, fraction: float) -> None:
+        self.load_bar.setValue(int(fraction * 100))
+        self.models.set_progress(fraction)
+
+    def _model_loaded(self, loaded: Loaded) -> None:
+        self.loaded_path = loaded.model_path
         self.load_bar.hide()
-        devices = ", ".join(loaded.devices)
-        name = Path(self.load_params.model_path).name
-        self.model_label.setText(f"{name} · context {loaded.n_ctx} · {devices}")
-        self._update_buttons()
+        name = Path(loaded.model_path).name
+        self.model_label.setText(f"{name} · context {loaded.n_ctx} · {', '.join(loaded.devices)}")
+        self.model_label.setToolTip("\n".join((loaded.model_path, *loaded.warnings)))
+        self.models.set_loaded(loaded.model_path)
+        self.chat.set_model_ready(True)
 
     def _model_failed(self, message: str) -> None:
+        self.loaded_path = None
         self.load_bar.hide()
-        self.model_label.setText("No model loaded")
-        QMessageBox.warning(self, "Could not load the model", message)
-        self._update_buttons()
+        self.model_label.setText(f"No model loaded: {message}")
+        self.model_label.setToolTip(message)
+        self.models.set_loaded(None, f"Could not load the model: {message}")
+        self.chat.set_model_ready(False)
+
+    def _model_unloaded(self) -> None:
+        self.loaded_path = None
+        self.model_label.setText("No model loaded; load one in the Models panel")
+        self.models.set_loaded(None, "Unloaded; the memory is free again")
+        self.chat.set_model_ready(False)
 
     # Conversations ---------------------------------------------------------------------------
-    def refresh_conversations(self, select: str | None = None) -> None:
-        select = select or self.conversation_id
-        self.conversation_list.blockSignals(True)
-        self.conversation_list.clear()
-        chosen = None
-        for conversation in self.store.list():
-            item = QListWidgetItem(conversation.title)
-            item.setData(Qt.ItemDataRole.UserRole, conversation.id)
-            self.conversation_list.addItem(item)
-            if conversation.id == select:
-                chosen = item
-        self.conversation_list.blockSignals(False)
-        if chosen is None and self.conversation_list.count():
-            chosen = self.conversation_list.item(0)
-        if chosen is not None:
-            self.conversation_list.setCurrentItem(chosen)
-            self._show_conversation(chosen.data(Qt.ItemDataRole.UserRole))
-
     def new_conversation(self) -> None:
-        conversation = self.store.create("New chat", model=self.load_params.model_path)
-        self.refresh_conversations(select=conversation.id)
-        self.input.setFocus()
-
-    def delete_conversation(self) -> None:
-        if not self.conversation_id or self.conversation_id == self.streaming_conversation:
-            return
-        title = self.store.get(self.conversation_id).title
-        answer = QMessageBox.question(
-            self, "Delete conversation", f"Delete “{title}” and all its messages?"
-        )
-        if answer != QMessageBox.StandardButton.Yes:
-            return
-        self.store.delete(self.conversation_id)
-        self.conversation_id = None
-        self.refresh_conversations()
-        if self.conversation_list.count() == 0:
-            self.new_conversation()
-
-    def _conversation_selected(self, current, _previous) -> None:
-        if current is not None:
-            self._show_conversation(current.data(Qt.ItemDataRole.UserRole))
+        conversation = self.store.create(NEW_TITLE, model=self.load_params.model_path)
+        self.sidebar.search.clear()
+        self.sidebar.refresh(select=conversation.id)
+        self._show_conversation(conversation.id)
+        self.tabs.setCurrentWidget(self.chat)
+        self.chat.input.setFocus()
 
     def _show_conversation(self, conversation_id: str) -> None:
-        self.conversation_id = conversation_id
-        self._render()
-        self._update_buttons()
+        if conversation_id != self.chat.conversation_id:
+            self.chat.show_conversation(conversation_id)
 
-    # Chat ------------------------------------------------------------------------------------
-    def send_clicked(self) -> None:
-        text = self.input.toPlainText().strip()
-        if not text or not self._can_send():
+    def _conversation_deleted(self, conversation_id: str) -> None:
+        if conversation_id != self.chat.conversation_id:
             return
-        self.input.clear()
-        conversation = self.store.get(self.conversation_id)
-        if conversation.title == "New chat":
-            self.store.update(conversation.id, title=text.splitlines()[0][:60])
-        self._start_stream()
-        self.bridge.send(self.conversation_id, text)
+        remaining = self.sidebar.ids() or [c.id for c in self.store.list(limit=1)]
+        if remaining:
+            self.sidebar.refresh(select=remaining[0])
+            self.chat.show_conversation(remaining[0])
+        else:
+            self.chat.show_conversation(None)
+            self.new_conversation()
 
-    def regenerate_clicked(self) -> None:
-        if not self._can_send():
-            return
-        messages = self.store.messages(self.conversation_id)
-        if not messages or messages[-1].role != "assistant":
-            return
-        self.store.delete_messages_from(self.conversation_id, messages[-1].id)
-        self._start_stream()
-        self.bridge.regenerate(self.conversation_id)
+    def _stream_started(self, conversation_id: str) -> None:
+        self.sidebar.set_busy(conversation_id)
+        self.sidebar.refresh(select=conversation_id)  # a new title, now the most recent
+        self.models.set_streaming(True)
+        self.readouts.clear()
 
-    def _can_send(self) -> bool:
-        return bool(self.conversation_id) and self.model_ready and not self.streaming_conversation
-
-    def _start_stream(self) -> None:
-        self.streaming_conversation = self.conversation_id
-        self.streaming.clear()
-        self.metrics_label.setText("reading the prompt…")
-        self._update_buttons()
-
-    def _on_delta(self, conversation_id: str, text: str) -> None:
-        if conversation_id != self.conversation_id:
-            return
-        if not self.streaming:
-            # The reply row was committed by the session before the first token.
-            messages = self.store.messages(conversation_id)
-            self.streaming[messages[-1].id] = ""
-        message_id = next(iter(self.streaming))
-        self.streaming[message_id] += text
-        self._dirty = True
-
-    def _on_metrics(self, metrics: Metrics) -> None:
-        self.metrics_label.setText(metrics_line(dataclasses.asdict(metrics)))
-
-    def _on_finished(self, conversation_id: str, event) -> None:
-        self.streaming_conversation = None
-        self.streaming.clear()
+    def _turn_finished(self, conversation_id: str, event: object) -> None:
+        self.sidebar.set_busy(None)
+        self.sidebar.refresh(select=self.chat.conversation_id)
+        self.models.set_streaming(False)
         if isinstance(event, Done):
-            self.metrics_label.setText(metrics_line(dataclasses.asdict(event.metrics)))
+            self.readouts.show_metrics(event.metrics, final=True)
         elif isinstance(event, Error):
-            self.metrics_label.setText(f"Error: {event.message}")
+            self.statusBar().showMessage(f"The reply failed: {event.message}", 15000)
         elif isinstance(event, Exited):
-            self.metrics_label.setText(
-                f"The engine stopped: {event.reason}. The reply so far is saved; "
-                "the next message starts a fresh engine."
+            self.statusBar().showMessage(
+                f"The engine stopped: {event.reason}. The reply so far is saved; the next "
+                "message starts a fresh engine.",
+                30000,
             )
-        self.refresh_conversations(select=self.conversation_id)
-        self._update_buttons()
 
-    def _repaint_if_dirty(self) -> None:
-        if self._dirty:
-            self._dirty = False
-            self._render()
+    # Settings --------------------------------------------------------------------------------
+    def open_settings(self) -> None:
+        self.settings_dialog = SettingsDialog(self.settings, self)
+        self.settings_dialog.saved.connect(self.apply_settings)
+        self.settings_dialog.open()
 
-    def _render(self) -> None:
-        if not self.conversation_id:
-            self.chat_view.clear()
-            return
-        messages = self.store.messages(self.conversation_id)
-        bar = self.chat_view.verticalScrollBar()
-        at_bottom = bar.value() >= bar.maximum() - 4
-        self.chat_view.setMarkdown(conversation_markdown(messages, self.streaming))
-        if at_bottom:
-            self.chat_view.moveCursor(QTextCursor.MoveOperation.End)
-            bar.setValue(bar.maximum())
-
-    def _update_buttons(self) -> None:
-        busy = self.streaming_conversation is not None
-        self.send_button.setEnabled(self._can_send())
-        self.regenerate_button.setEnabled(self._can_send())
-        self.stop_button.setEnabled(busy)
-        self.delete_button.setEnabled(bool(self.conversation_id) and not busy)
+    def apply_settings(self, new: Settings) -> None:
+        """Theme and send key now; engine settings on the next load."""
+        old, self.settings = self.settings, new
+        apply_theme(QApplication.instance(), new.theme)
+        self.chat.input.set_send_key(new.send_key)
+        fresh = new.load_params(self.load_params.model_path)
+        changes = {name: getattr(fresh, name) for name in _SETTINGS_FIELDS}
+        self.load_params = dataclasses.replace(self.load_params, **changes)
+        path = self.load_params.model_path
+        if old.load_params(path) != fresh or old.models_dir != new.models_dir:
+            self.statusBar().showMessage(
+                "Settings saved. Engine settings apply when the model is next loaded.", 15000
+            )
+        else:
+            self.statusBar().showMessage("Settings saved.", 5000)
 
 
 def run_window(window: MainWindow) -> int:

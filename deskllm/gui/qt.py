@@ -1,51 +1,155 @@
 """All Qt imports go through here, so the rest of gui/ names one module and a Qt binding
-change touches one file."""
+change touches one file (and a binding bug is worked around in one place)."""
 
-from PySide6.QtCore import QObject, QSettings, Qt, QThread, QTimer, Signal, Slot
-from PySide6.QtGui import QAction, QFont, QFontDatabase, QIcon, QKeySequence, QTextCursor
+import ctypes
+import sys
+
+from PySide6.QtCore import (
+    QElapsedTimer,
+    QObject,
+    QPointF,
+    QSettings,
+    QSize,
+    Qt,
+    QThread,
+    QTimer,
+    Signal,
+    SignalInstance,
+    Slot,
+)
+from PySide6.QtGui import (
+    QAction,
+    QColor,
+    QFont,
+    QFontDatabase,
+    QFontInfo,
+    QIcon,
+    QKeySequence,
+    QPainter,
+    QPalette,
+    QPen,
+    QPolygonF,
+    QTextDocument,
+)
 from PySide6.QtWidgets import (
+    QAbstractItemView,
     QApplication,
+    QCheckBox,
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QFrame,
+    QGroupBox,
     QHBoxLayout,
     QLabel,
+    QLineEdit,
     QListWidget,
     QListWidgetItem,
     QMainWindow,
+    QMenu,
     QMessageBox,
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
+    QScrollArea,
+    QSizePolicy,
+    QSpinBox,
     QSplitter,
-    QTextBrowser,
+    QTabWidget,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
 __all__ = [
+    "QAbstractItemView",
     "QAction",
     "QApplication",
+    "QCheckBox",
+    "QColor",
+    "QComboBox",
+    "QDialog",
+    "QDialogButtonBox",
+    "QDoubleSpinBox",
+    "QElapsedTimer",
+    "QFileDialog",
     "QFont",
     "QFontDatabase",
+    "QFontInfo",
+    "QFormLayout",
+    "QFrame",
+    "QGroupBox",
     "QHBoxLayout",
     "QIcon",
     "QKeySequence",
     "QLabel",
+    "QLineEdit",
     "QListWidget",
     "QListWidgetItem",
     "QMainWindow",
+    "QMenu",
     "QMessageBox",
     "QObject",
+    "QPainter",
+    "QPalette",
+    "QPen",
     "QPlainTextEdit",
+    "QPointF",
+    "QPolygonF",
     "QProgressBar",
     "QPushButton",
+    "QScrollArea",
     "QSettings",
+    "QSize",
+    "QSizePolicy",
+    "QSpinBox",
     "QSplitter",
-    "QTextBrowser",
-    "QTextCursor",
+    "QTabWidget",
     "QThread",
     "QTimer",
+    "QTextDocument",
+    "QToolButton",
     "QVBoxLayout",
     "QWidget",
     "Qt",
     "Signal",
     "Slot",
 ]
+
+
+def _emit_drops_a_true_reference() -> bool:
+    """PySide6 6.12.0's SignalInstance.emit returns True without owning a reference to it, so
+    each emit lowers True's reference count by one; on Pythons where True is not immortal
+    (before 3.12) the process aborts ("bool_dealloc") after a few hundred emits, i.e. within
+    one long streamed reply. Measured rather than assumed, so a fixed binding is left alone."""
+
+    class _Probe(QObject):
+        ping = Signal()
+
+    probe, tries = _Probe(), 8
+    before = sys.getrefcount(True)
+    for _ in range(tries):
+        probe.ping.emit()
+    dropped = before - sys.getrefcount(True)
+    for _ in range(max(0, dropped)):
+        _incref(True)  # undo the probe's own damage
+    return dropped >= tries
+
+
+_incref = ctypes.pythonapi.Py_IncRef
+_incref.argtypes = [ctypes.py_object]
+_incref.restype = None
+
+if _emit_drops_a_true_reference():
+    _binding_emit = SignalInstance.emit
+
+    def _emit(self, *args):
+        result = _binding_emit(self, *args)
+        if result is True:
+            _incref(result)  # the reference the binding should have taken
+        return result
+
+    SignalInstance.emit = _emit

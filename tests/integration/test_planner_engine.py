@@ -4,6 +4,7 @@ before loading, and calibration records from a real load."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import psutil
@@ -111,3 +112,24 @@ def test_a_real_load_calibrates_later_estimates(
     c = corrections_for(db, "here", "llama")
     assert c.samples == 1 and 0.9 < c.compute_factor < 1.1
     assert abs(c.overhead_bytes) < 0.1 * loaded.rss_bytes
+
+
+def test_auto_gpu_offload_asks_the_planner(load_params, tmp_path: Path):
+    """With "auto" the client takes the planner's layers: here no automatic GPU target
+    exists (llvmpipe is CPU-type), so the model runs on the CPU and no GPU is touched."""
+    with EngineClient() as client:
+        loaded = client.load(load_params(gpu_auto=True))
+        assert client.params.n_gpu_layers == 0 and not client.params.gpu_auto
+    assert loaded.n_gpu_layers == 0 and loaded.devices == ("CPU",)
+
+
+def test_auto_gpu_offload_on_a_machine_with_a_gpu_takes_every_layer(load_params):
+    """The same load planned for a laptop with an 8 GB NVIDIA GPU (a recorded profile: no
+    such GPU here): all 30 blocks and the output layer go to the GPU."""
+    from deskllm.hardware import report_from_dict
+
+    data = Path(__file__).parent.parent / "data" / "hardware" / "laptop_rtx4070_8gb.json"
+    laptop = report_from_dict(json.loads(data.read_text()))
+    with EngineClient() as client:
+        client.load(load_params(gpu_auto=True), hardware=laptop)
+        assert client.params.n_gpu_layers == 31  # this CPU-only build keeps them on the CPU

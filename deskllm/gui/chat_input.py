@@ -1,0 +1,49 @@
+"""The message box: Enter sends and Shift+Enter starts a new line, or (Settings.send_key
+"ctrl+enter") Ctrl+Enter sends and Enter starts a new line.
+
+Signals:
+    submitted(): the send key was pressed.
+"""
+
+from __future__ import annotations
+
+from deskllm.gui.qt import QPlainTextEdit, QSize, QSizePolicy, Qt, QWidget, Signal
+
+MIN_LINES, MAX_LINES = 3, 10  # the box grows with its text between these
+SEND_KEYS = {
+    "enter": "Message (Enter to send, Shift+Enter for a new line)",
+    "ctrl+enter": "Message (Ctrl+Enter to send, Enter for a new line)",
+}
+
+
+class ChatInput(QPlainTextEdit):
+    submitted = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.send_key = "enter"
+        self.setTabChangesFocus(True)
+        self.set_send_key("enter")
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Maximum)
+        self.textChanged.connect(self.updateGeometry)
+
+    def sizeHint(self) -> QSize:  # noqa: N802 (Qt name)
+        lines = min(MAX_LINES, max(MIN_LINES, self.document().lineCount()))
+        margins = self.contentsMargins().top() + self.contentsMargins().bottom()
+        height = lines * self.fontMetrics().lineSpacing() + margins
+        return QSize(super().sizeHint().width(), height + 2 * int(self.document().documentMargin()))
+
+    def set_send_key(self, send_key: str) -> None:
+        self.send_key = send_key if send_key in SEND_KEYS else "enter"
+        self.setPlaceholderText(SEND_KEYS[self.send_key])
+
+    def keyPressEvent(self, event) -> None:  # noqa: N802 (Qt name)
+        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
+            mods = event.modifiers()
+            ctrl = bool(mods & Qt.KeyboardModifier.ControlModifier)
+            shift = bool(mods & Qt.KeyboardModifier.ShiftModifier)
+            sends = ctrl if self.send_key == "ctrl+enter" else not shift
+            if sends:
+                self.submitted.emit()
+                return
+        super().keyPressEvent(event)

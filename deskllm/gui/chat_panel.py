@@ -1,0 +1,358 @@
+"""ChatPanel: the open conversation, one MessageWidget per message in a scroll area, the
+message box and the chat's buttons. Replies start through the EngineBridge; their tokens are
+gathered as they come and only the reply's own widget re-renders, at most every
+REPAINT_INTERVAL_MS, so a long reply costs the same per token as a short one.
+
+Signals:
+    stream_started(str): a reply was requested for this conversation id.
+    turn_finished(str, object): the reply ended (Done | Error | Exited) and is stored.
+    conversation_changed(str): title, model or settings of this conversation changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from deskllm.gui.chat_input import ChatInput
+from deskllm.gui.conversation_settings import ConversationSettingsDialog
+from deskllm.gui.elided_label import ElidedLabel
+from deskllm.gui.engine_bridge import EngineBridge
+from deskllm.gui.message_view import MessageWidget
+from deskllm.gui.qt import (
+    QFont,
+    QFrame,
+    QHBoxLayout,
+    QKeySequence,
+    QLabel,
+    QPalette,
+    QPushButton,
+    QScrollArea,
+    Qt,
+    QVBoxLayout,
+    QWidget,
+    Signal,
+)
+from deskllm.gui.throttle import Throttle
+from deskllm.store import Conversation, ConversationStore, Message, ModelLibrary
+
+REPAINT_INTERVAL_MS = 33  # ~30 repaints a second at most, whatever the token rate
+NEW_TITLE = "New chat"
+
+
+@dataclass
+class _Stream:
+    conversation_id: str
+    parts: list[str] = field(default_factory=list)
+
+
+def _provisional(conversation_id: str, role: str, text: str = "") -> Message:
+    """A message shown before the store has it (id -1); replaced by the stored one."""
+    status = "streaming" if role == "assistant" else "complete"
+    return Message(-1, conversation_id, role, text, status)
+
+
+class ChatPanel(QWidget):
+    stream_started = Signal(str)
+    turn_finished = Signal(str, object)
+    conversation_changed = Signal(str)
+
+    def __init__(
+        self,
+        store: ConversationStore,
+        bridge: EngineBridge,
+        library: ModelLibrary,
+        ensure_model: Callable[[Conversation], None],
+        parent: QWidget | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.store = store
+        self.bridge = bridge
+        self.library = library
+        self.ensure_model = ensure_model  # queues a model load before a reply that needs it
+        self.conversation_id: str | None = None
+        self.model_ready = False
+        self.widgets: list[MessageWidget] = []
+        self.settings_dialog: ConversationSettingsDialog | None = None
+        self._stream: _Stream | None = None
+        self._editing: Message | None = None
+        self._follow = True  # keep the newest text in view until the user scrolls up
+        self._throttle = Throttle(self._render_stream, REPAINT_INTERVAL_MS, self)
+        self._build()
+        bridge.delta.connect(self._on_delta)
+        bridge.finished.connect(self._on_finished)
+
+    # Layout ----------------------------------------------------------------------------------
+    def _build(self) -> None:
+        self.title = ElidedLabel()
+        font = self.title.font()
+        font.setWeight(QFont.Weight.Bold)
+        self.title.setFont(font)
+        self.details = ElidedLabel()
+        self.details.setForegroundRole(QPalette.ColorRole.PlaceholderText)
+        self.settings_button = QPushButton("Chat settings…")
+        self.settings_button.setToolTip("Model, system prompt and sampling for this chat")
+        self.settings_button.clicked.connect(self.open_settings)
+        header = QHBoxLayout()
+        header.addWidget(self.title, 2)
+        header.addWidget(self.details, 1)
+        header.addWidget(self.settings_button)
+
+        self.empty_label = QLabel(
+            "No messages yet. Type below to start: replies are written on this computer."
+        )
+        self.empty_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.empty_label.setWordWrap(True)
+        self.empty_label.setForegroundRole(QPalette.ColorRole.PlaceholderText)
+        container = QWidget()
+        container.setBackgroundRole(QPalette.ColorRole.Base)
+        self.messages_layout = QVBoxLayout(container)
+        self.messages_layout.addWidget(self.empty_label)
+        self.messages_layout.addStretch(1)
+        self.scroll = QScrollArea()
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.scroll.setBackgroundRole(QPalette.ColorRole.Base)
+        self.scroll.setWidget(container)
+        bar = self.scroll.verticalScrollBar()
+        bar.rangeChanged.connect(self._on_range_changed)
+        bar.valueChanged.connect(self._on_scrolled)
+
+        self.edit_banner = QFrame()
+        self.edit_banner.setFrameShape(QFrame.Shape.StyledPanel)
+        self.edit_note = QLabel(
+            "Editing a message: sending replaces it and every message after it."
+        )
+        self.edit_note.setWordWrap(True)
+        self.cancel_edit_button = QPushButton("Cancel edit")
+        self.cancel_edit_button.clicked.connect(self.cancel_edit)
+        banner = QHBoxLayout(self.edit_banner)
+        banner.addWidget(self.edit_note, 1)
+        banner.addWidget(self.cancel_edit_button)
+        self.edit_banner.hide()
+
+        self.input = ChatInput()
+        self.input.submitted.connect(self.send)
+        self.send_button = QPushButton("Send")
+        self.send_button.setDefault(True)
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setShortcut(QKeySequence(Qt.Key.Key_Escape))
+        self.stop_button.setToolTip("Stop the reply (Esc); what was written is kept")
+        self.regenerate_button = QPushButton("Regenerate")
+        self.regenerate_button.setToolTip("Write the last reply again")
+        self.send_button.clicked.connect(self.send)
+        self.stop_button.clicked.connect(self.bridge.stop)
+        self.regenerate_button.clicked.connect(self.regenerate)
+        row = QHBoxLayout()
+        row.addStretch(1)
+        for button in (self.regenerate_button, self.stop_button, self.send_button):
+            row.addWidget(button)
+
+        layout = QVBoxLayout(self)
+        layout.addLayout(header)
+        layout.addWidget(self.scroll, 1)
+        layout.addWidget(self.edit_banner)
+        layout.addWidget(self.input)
+        layout.addLayout(row)
+        self._update_buttons()
+
+    # Conversation ----------------------------------------------------------------------------
+    def show_conversation(self, conversation_id: str | None) -> None:
+        self.cancel_edit()
+        self.conversation_id = conversation_id
+        self._drop_widgets(0)
+        self._follow = True
+        if conversation_id:
+            self._sync()
+        self.update_header()
+        self._update_buttons()
+
+    def update_header(self) -> None:
+        if not self.conversation_id:
+            self.title.setText("")
+            self.details.setText("")
+            return
+        conversation = self.store.get(self.conversation_id)
+        self.title.setText(conversation.title)
+        model = Path(conversation.model).name if conversation.model else "no model chosen"
+        prompt = " · system prompt set" if conversation.system_prompt else ""
+        self.details.setText(f"{model}{prompt}")
+
+    def set_model_ready(self, ready: bool) -> None:
+        self.model_ready = ready
+        self._update_buttons()
+
+    def open_settings(self) -> None:
+        if not self.conversation_id:
+            return
+        conversation = self.store.get(self.conversation_id)
+        self.settings_dialog = ConversationSettingsDialog(conversation, self.library.list(), self)
+        self.settings_dialog.accepted.connect(self._settings_accepted)
+        self.settings_dialog.open()
+
+    def _settings_accepted(self) -> None:
+        dialog = self.settings_dialog
+        self.store.update(dialog.conversation.id, **dialog.values())
+        self.update_header()
+        self.conversation_changed.emit(dialog.conversation.id)
+
+    # Sending ---------------------------------------------------------------------------------
+    @property
+    def busy(self) -> bool:
+        return self._stream is not None
+
+    def can_send(self) -> bool:
+        return bool(self.conversation_id) and self.model_ready and not self.busy
+
+    def send(self) -> None:
+        text = self.input.toPlainText().strip()
+        if not text or not self.can_send():
+            return
+        self.input.clear()
+        if self._editing is not None:
+            self.store.delete_messages_from(self.conversation_id, self._editing.id)
+            self.cancel_edit()
+            self._sync()
+        self._send_text(text)
+
+    def _send_text(self, text: str) -> None:
+        cid = self.conversation_id
+        if self.store.get(cid).title == NEW_TITLE:
+            self.store.update(cid, title=text.splitlines()[0][:60])
+            self.update_header()
+        self._add_widget(_provisional(cid, "user", text))
+        self._start(lambda: self.bridge.send(cid, text))
+
+    def regenerate(self) -> None:
+        if not self.can_send():
+            return
+        messages = self.store.messages(self.conversation_id)
+        if not messages:
+            return
+        if messages[-1].role == "assistant":
+            self.store.delete_messages_from(self.conversation_id, messages[-1].id)
+            self._sync()
+        cid = self.conversation_id
+        self._start(lambda: self.bridge.regenerate(cid))
+
+    def continue_reply(self) -> None:
+        """Go on with an interrupted reply: the model sees it and is asked to continue."""
+        if self.can_send():
+            self._send_text("Continue")
+
+    def edit_message(self, message: Message) -> None:
+        if self.busy:
+            return
+        self._editing = message
+        self.input.setPlainText(message.content)
+        self.input.moveCursor(self.input.textCursor().MoveOperation.End)
+        self.input.setFocus()
+        self.edit_banner.show()
+
+    def cancel_edit(self) -> None:
+        if self._editing is not None:
+            self.input.clear()
+        self._editing = None
+        self.edit_banner.hide()
+
+    def _start(self, request: Callable[[], None]) -> None:
+        cid = self.conversation_id
+        self.ensure_model(self.store.get(cid))
+        self._stream = _Stream(cid)
+        self._follow = True
+        self._add_widget(_provisional(cid, "assistant"))
+        self._update_buttons()
+        self.stream_started.emit(cid)
+        request()
+
+    # Streaming -------------------------------------------------------------------------------
+    def _on_delta(self, conversation_id: str, text: str) -> None:
+        stream = self._stream
+        if stream is None or stream.conversation_id != conversation_id:
+            return
+        stream.parts.append(text)
+        if conversation_id == self.conversation_id:
+            self._throttle.request()
+
+    def _render_stream(self) -> None:
+        stream = self._stream
+        if stream is None or stream.conversation_id != self.conversation_id or not self.widgets:
+            return
+        self.widgets[-1].set_text("".join(stream.parts))
+
+    def _on_finished(self, conversation_id: str, event: object) -> None:
+        if self._stream is not None and self._stream.conversation_id == conversation_id:
+            self._stream = None
+            self._throttle.cancel()
+        if conversation_id == self.conversation_id:
+            self._sync()  # the stored reply: final text, status, figures
+            self.update_header()
+        self._update_buttons()
+        self.turn_finished.emit(conversation_id, event)
+
+    def _on_range_changed(self, _minimum: int, maximum: int) -> None:
+        if self._follow:
+            self.scroll.verticalScrollBar().setValue(maximum)
+
+    def _on_scrolled(self, value: int) -> None:
+        bar = self.scroll.verticalScrollBar()
+        self._follow = value >= bar.maximum() - bar.singleStep()
+
+    # Widgets ---------------------------------------------------------------------------------
+    def _sync(self) -> None:
+        """Bring the widgets in line with the store; only changed messages re-render."""
+        messages = [m for m in self.store.messages(self.conversation_id) if m.role != "system"]
+        keep = 0
+        for widget, message in zip(self.widgets, messages, strict=False):
+            shown = widget.message
+            if shown.id != message.id and not (shown.id < 0 and shown.role == message.role):
+                break
+            keep += 1
+        self._drop_widgets(keep)
+        for widget, message in zip(self.widgets, messages, strict=False):
+            if widget.message != message and not self._is_streaming(message):
+                widget.set_message(message)
+        for message in messages[keep:]:
+            self._add_widget(message)
+        stream = self._stream
+        if stream is not None and stream.conversation_id == self.conversation_id:
+            last = self.widgets[-1].message if self.widgets else None
+            if last is None or last.status != "streaming":
+                self._add_widget(_provisional(self.conversation_id, "assistant"))
+            self._render_stream()
+        self._update_buttons()
+
+    def _is_streaming(self, message: Message) -> bool:
+        # The store lags the tokens by up to half a second: the stream's text wins.
+        return message.status == "streaming" and self._stream is not None
+
+    def _add_widget(self, message: Message) -> None:
+        # Created inside the chat: a parentless widget, even never shown, costs the window
+        # its activation when it is reparented (offscreen; shortcuts then stop working).
+        widget = MessageWidget(message, self.messages_layout.parentWidget())
+        widget.edit_requested.connect(self.edit_message)
+        widget.continue_requested.connect(self.continue_reply)
+        widget.regenerate_requested.connect(self.regenerate)
+        self.messages_layout.insertWidget(self.messages_layout.count() - 1, widget)
+        self.widgets.append(widget)
+        self.empty_label.hide()
+
+    def _drop_widgets(self, start: int) -> None:
+        for widget in self.widgets[start:]:
+            widget.hide()
+            widget.deleteLater()
+        del self.widgets[start:]
+        self.empty_label.setVisible(not self.widgets)
+
+    def _update_buttons(self) -> None:
+        can = self.can_send()
+        self.send_button.setEnabled(can)
+        self.regenerate_button.setEnabled(can and bool(self.widgets))
+        self.stop_button.setEnabled(self.busy)
+        self.settings_button.setEnabled(bool(self.conversation_id))
+        for widget in self.widgets:
+            widget.set_busy(self.busy)
+            widget.set_actions(False)
+        if self.widgets and can:
+            self.widgets[-1].set_actions(True)

@@ -1,0 +1,52 @@
+"""Live readouts from the real engine's Metrics, and the figures that stay on each reply."""
+
+from __future__ import annotations
+
+import re
+
+from gui_helpers import REPLY_TIMEOUT_MS, send_and_wait, set_sampling, type_and_send
+
+
+def test_readouts_follow_the_reply_and_its_figures_stay_on_the_message(qtbot, window):
+    set_sampling(window, max_tokens=120, ignore_eos=True)
+    events = []
+    window.bridge.metrics.connect(events.append)
+    updates_before = window.readouts.updates
+    event = send_and_wait(qtbot, window, "Tell me about lighthouses.")
+    m = event.metrics
+    # Every Metrics event (one per 0.25 s) was shown, then the final figures.
+    assert window.readouts.updates - updates_before == len(events) + 1
+    assert len(window.readouts.sparkline.values) == len([e for e in events if e.tg_tps])
+
+    r = window.readouts
+    assert re.fullmatch(r"\d+\.\d tok/s", r.speed.text())
+    assert r.ttft.text() == f"TTFT {m.ttft_s * 1000:.0f} ms"
+    assert re.fullmatch(r"prompt \d+ tok/s", r.prompt_speed.text())
+    assert r.cache.text() == f"cached {m.cached_tokens} · evaluated {m.evaluated_tokens}"
+    assert (r.context.value(), r.context.maximum()) == (m.n_past, 2048)
+    assert r.context.text() == f"context {m.n_past}/2048"
+    assert re.fullmatch(r"RAM [\d,]+ MiB", r.ram.text())
+    assert r.device.text() == "CPU" and not r.vram.isVisibleTo(r)  # no GPU used here
+
+    figures = window.chat.widgets[-1].figures
+    assert figures.isVisible() and "120 tokens" in figures.text() and "tok/s" in figures.text()
+    assert "Time to first token" in figures.toolTip() and "Engine RAM" in figures.toolTip()
+
+
+def test_the_second_turn_reads_the_prompt_from_the_cache(qtbot, window):
+    set_sampling(window, max_tokens=16)
+    send_and_wait(qtbot, window, "Name a colour.")
+    event = send_and_wait(qtbot, window, "Name another one.")
+    assert event.metrics.cached_tokens > 0
+    assert window.readouts.cache.text().startswith(f"cached {event.metrics.cached_tokens} ")
+
+
+def test_readouts_update_while_the_reply_streams(qtbot, window):
+    set_sampling(window, max_tokens=4000, ignore_eos=True)
+    type_and_send(qtbot, window, "Write a long story.")
+    # At least two updates while it streams (Metrics come every 0.25 s).
+    start = window.readouts.updates
+    qtbot.waitUntil(lambda: window.readouts.updates >= start + 2, timeout=REPLY_TIMEOUT_MS)
+    assert window.chat.busy and "tok/s" in window.readouts.text()
+    with qtbot.waitSignal(window.bridge.finished, timeout=REPLY_TIMEOUT_MS):
+        window.chat.stop_button.click()

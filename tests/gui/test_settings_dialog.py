@@ -1,0 +1,106 @@
+"""The Settings dialog: validated with Settings.validate(), saved with settings.save(),
+send key and theme applied at once, engine settings on the next load."""
+
+from __future__ import annotations
+
+import pytest
+
+from deskllm import paths
+from deskllm import settings as settings_mod
+from deskllm.gui.qt import QApplication, QDialogButtonBox, Qt
+from deskllm.gui.settings_dialog import SettingsDialog
+from deskllm.gui.theme import apply_theme, is_dark
+from deskllm.settings import Settings
+
+
+@pytest.fixture
+def dialog(qtbot):
+    dialog = SettingsDialog(Settings())
+    qtbot.addWidget(dialog)
+    dialog.show()
+    return dialog
+
+
+def _save(dialog) -> None:
+    dialog.buttons.button(QDialogButtonBox.StandardButton.Save).click()
+
+
+def test_invalid_values_are_explained_and_not_saved(qtbot, dialog, tmp_path):
+    dialog.kv_type.setCurrentText("q8_0")  # needs flash attention, which is off
+    dialog.n_ctx.setValue(100)
+    not_a_folder = tmp_path / "models.txt"
+    not_a_folder.write_text("x")
+    dialog.models_dir.setText(str(not_a_folder))
+    dialog.gpu_mode.setCurrentIndex(dialog.gpu_mode.findData("manual"))
+    dialog.gpu_layers.setValue(0)
+    _save(dialog)
+    assert dialog.isVisible() and dialog.result() == 0
+    problems = dialog.problems.text()
+    assert dialog.problems.isVisible()
+    for words in ("flash attention", "at least 256", "is a file", "at least 1 layer"):
+        assert words in problems
+    assert not paths.settings_path().exists()
+
+
+def test_valid_values_are_saved(qtbot, dialog):
+    saved = []
+    dialog.saved.connect(saved.append)
+    dialog.kv_type.setCurrentText("q8_0")
+    dialog.flash_attn.setChecked(True)
+    dialog.n_ctx.setValue(8192)
+    dialog.threads.setValue(2)
+    dialog.gpu_mode.setCurrentIndex(dialog.gpu_mode.findData("manual"))
+    assert dialog.gpu_layers.isEnabled()
+    dialog.gpu_layers.setValue(12)
+    dialog.kv_ram.setValue(256)
+    dialog.send_key.setCurrentIndex(dialog.send_key.findData("ctrl+enter"))
+    _save(dialog)
+    assert not dialog.isVisible() and dialog.result() == 1
+    stored = settings_mod.load()
+    assert stored == saved[0]
+    assert (stored.kv_type, stored.flash_attn, stored.n_ctx, stored.n_threads) == (
+        "q8_0", True, 8192, 2)  # fmt: skip
+    assert (stored.gpu_offload, stored.n_gpu_layers, stored.kv_ram_budget_mb) == ("manual", 12, 256)
+    assert stored.send_key == "ctrl+enter"
+    assert stored.load_params("/m.gguf").n_gpu_layers == 12
+
+
+def test_gpu_offload_modes_map_to_layers():
+    auto = Settings(gpu_offload="auto").load_params("/m.gguf")
+    assert auto.gpu_auto and auto.n_gpu_layers == 0  # the planner decides at load time
+    off = Settings(gpu_offload="off", n_gpu_layers=30).load_params("/m.gguf")
+    assert not off.gpu_auto and off.n_gpu_layers == 0
+    manual = Settings(gpu_offload="manual", n_gpu_layers=30).load_params("/m.gguf")
+    assert not manual.gpu_auto and manual.n_gpu_layers == 30
+
+
+def test_send_key_and_theme_apply_at_once_engine_settings_on_the_next_load(qtbot, window):
+    app = QApplication.instance()
+    window.open_settings()
+    dialog = window.settings_dialog
+    dialog.send_key.setCurrentIndex(dialog.send_key.findData("ctrl+enter"))
+    dialog.theme.setCurrentIndex(dialog.theme.findData("dark"))
+    dialog.n_ctx.setValue(1024)
+    try:
+        _save(dialog)
+        assert is_dark(app.palette())
+        qtbot.waitUntil(lambda: is_dark(window.chat.scroll.widget().palette()))  # propagated
+        assert window.settings.theme == "dark"
+        assert "apply when the model is next loaded" in window.statusBar().currentMessage()
+        assert window.load_params.n_ctx == 1024  # for the next load
+        assert "context 2048" in window.model_label.full_text()  # the loaded one is unchanged
+
+        chat_input = window.chat.input
+        chat_input.setPlainText("one")
+        chat_input.moveCursor(chat_input.textCursor().MoveOperation.End)
+        qtbot.keyClick(chat_input, Qt.Key.Key_Return)
+        assert chat_input.toPlainText() == "one\n"  # Enter is a new line now
+        assert "Ctrl+Enter" in chat_input.placeholderText()
+        with qtbot.waitSignal(window.bridge.finished, timeout=120_000):
+            window.store.update(window.chat.conversation_id, sampling={"max_tokens": 4})
+            qtbot.keyClick(chat_input, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+        assert window.store.messages(window.chat.conversation_id)[0].content == "one"
+    finally:
+        apply_theme(app, "system")
+    assert not is_dark(app.palette())
+    qtbot.waitUntil(lambda: not is_dark(window.chat.scroll.widget().palette()))

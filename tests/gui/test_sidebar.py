@@ -1,0 +1,90 @@
+"""The conversation sidebar: new, rename in place, delete after asking, search by title and
+content, newest activity first."""
+
+from __future__ import annotations
+
+from deskllm.gui.qt import QApplication, QLineEdit, QMessageBox, Qt
+
+
+def test_new_chat_opens_an_empty_conversation_on_top(qtbot, window):
+    first = window.chat.conversation_id
+    window.sidebar.new_button.click()
+    assert window.chat.conversation_id != first
+    assert window.sidebar.ids() == [window.chat.conversation_id, first]
+    assert window.sidebar.current_id() == window.chat.conversation_id
+    assert window.chat.widgets == [] and window.chat.empty_label.isVisible()
+
+
+def test_rename_in_place(qtbot, window):
+    window.sidebar.rename_button.click()
+    editor = window.sidebar.list.findChild(QLineEdit)
+    assert editor is not None and editor.isVisible()
+    editor.selectAll()
+    qtbot.keyClicks(editor, "Trip planning")
+    qtbot.keyClick(editor, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: window.sidebar.list.currentItem().text() == "Trip planning")
+    assert window.store.get(window.chat.conversation_id).title == "Trip planning"
+    assert window.chat.title.full_text() == "Trip planning"
+
+
+def test_an_empty_name_keeps_the_old_one(qtbot, window):
+    item = window.sidebar.list.currentItem()
+    item.setText("   ")
+    assert item.text() == "New chat"
+    assert window.store.get(window.chat.conversation_id).title == "New chat"
+
+
+def test_delete_asks_first(qtbot, window, monkeypatch):
+    monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: QMessageBox.StandardButton.No)
+    window.sidebar.delete_button.click()
+    assert len(window.store.list()) == 1
+    monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: QMessageBox.StandardButton.Yes)
+    old = window.chat.conversation_id
+    window.sidebar.delete_button.click()
+    conversations = window.store.list()
+    assert len(conversations) == 1 and conversations[0].id != old  # a fresh one replaces it
+    assert window.chat.conversation_id == conversations[0].id == window.sidebar.current_id()
+
+
+def test_deleting_one_of_several_opens_the_next(qtbot, window, monkeypatch):
+    monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: QMessageBox.StandardButton.Yes)
+    keep = window.chat.conversation_id
+    window.sidebar.new_button.click()
+    window.sidebar.delete_button.click()
+    assert window.sidebar.ids() == [keep] and window.chat.conversation_id == keep
+
+
+def test_search_by_title_and_by_content(qtbot, window):
+    store = window.store
+    pasta = store.create("Pasta recipes")
+    store.add_message(pasta.id, "user", "How long do I boil spaghetti?")
+    bikes = store.create("Bicycle repair")
+    store.add_message(bikes.id, "user", "My chain keeps slipping off the cassette.")
+    window.sidebar.refresh()
+
+    qtbot.keyClicks(window.sidebar.search, "bicycle")
+    qtbot.waitUntil(lambda: window.sidebar.ids() == [bikes.id])
+    window.sidebar.search.clear()
+    qtbot.keyClicks(window.sidebar.search, "spaghetti")  # only in a message
+    qtbot.waitUntil(lambda: window.sidebar.ids() == [pasta.id])
+    window.sidebar.list.setCurrentRow(0)  # picking a result opens it
+    assert window.chat.conversation_id == pasta.id
+    assert "spaghetti" in window.chat.widgets[0].plain_text()
+
+    window.sidebar.search.clear()
+    qtbot.keyClicks(window.sidebar.search, "zeppelin")
+    qtbot.waitUntil(lambda: window.sidebar.ids() == [])
+    assert window.sidebar.no_results.isVisible()
+    window.sidebar.no_results.click()
+    qtbot.waitUntil(lambda: len(window.sidebar.ids()) == 3)
+
+
+def test_sorted_by_last_activity(qtbot, window):
+    first = window.chat.conversation_id
+    window.sidebar.new_button.click()
+    second = window.chat.conversation_id
+    assert window.sidebar.ids() == [second, first]
+    window.store.add_message(first, "user", "back to the first chat")
+    window.sidebar.refresh()
+    assert window.sidebar.ids() == [first, second]
+    assert QApplication.focusWindow() is window.windowHandle()
