@@ -58,9 +58,19 @@ def _closes(line: str, fence: str) -> bool:
 
 
 def _flush_prose(blocks: list[Block], lines: list[str]) -> None:
-    text = "\n".join(lines).strip("\n")
-    if text.strip():
-        blocks.append(Block("prose", text))
+    """Prose goes in one block per paragraph: while a reply streams only its last paragraph
+    changes, so only that one is laid out again, however long the reply grows. An indented
+    paragraph (a list item's continuation) stays with the one before it."""
+    paragraphs: list[str] = []
+    for part in re.split(r"\n[ \t]*\n", "\n".join(lines)):
+        part = part.strip("\n")
+        if not part.strip():
+            continue
+        if paragraphs and part[:1] in (" ", "\t"):
+            paragraphs[-1] += "\n\n" + part
+        else:
+            paragraphs.append(part)
+    blocks.extend(Block("prose", p) for p in paragraphs)
     lines.clear()
 
 

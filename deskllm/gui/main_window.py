@@ -32,6 +32,7 @@ from deskllm.gui.readouts import LiveReadouts
 from deskllm.gui.settings_dialog import SettingsDialog
 from deskllm.gui.sidebar import ConversationSidebar
 from deskllm.gui.theme import apply_theme
+from deskllm.planner.machine import remember_hardware
 from deskllm.settings import Settings
 from deskllm.store import Conversation, ConversationStore, ModelLibrary
 
@@ -80,6 +81,9 @@ class MainWindow(QMainWindow):
         self.chat.input.set_send_key(self.settings.send_key)
         self.models = ModelsPanel(self.library)
         self.hardware = HardwarePanel()
+        # The planner (load checks, Discover's fit badges) reuses the panel's report instead
+        # of probing again.
+        self.hardware.report_ready.connect(remember_hardware)
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(True)
         self.tabs.addTab(self.chat, "Chat")
@@ -177,6 +181,7 @@ class MainWindow(QMainWindow):
         if self.chat.conversation_id:
             self.gui_state.setValue("chat/last_conversation", self.chat.conversation_id)
         self.gui_state.sync()
+        self.models.shutdown()
         super().closeEvent(event)
 
     # Model -----------------------------------------------------------------------------------

@@ -1,5 +1,8 @@
-"""The Models panel, first version: the installed models with Load / Unload and load
-progress. Finding and downloading models gets its own panel work later (issue 5, item 4).
+"""The Models panel: Installed (each model's details, Load / Unload with progress, Delete,
+Reveal, Import) and Discover (Hugging Face search, quantizations planned for this machine,
+downloads; see model_discover.py).
+
+Imports read GGUF headers, so they run on a worker thread with its own SQLite connection.
 
 Signals:
     load_requested(str): load this model file (path).
@@ -8,24 +11,65 @@ Signals:
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from pathlib import Path
 
+from deskllm import settings as settings_mod
+from deskllm.gui.background import BackgroundCalls
+from deskllm.gui.download_bridge import DownloadBridge
+from deskllm.gui.model_discover import DiscoverView
 from deskllm.gui.qt import (
+    QDesktopServices,
+    QFileDialog,
     QHBoxLayout,
     QLabel,
     QListWidget,
     QListWidgetItem,
-    QPalette,
+    QMessageBox,
     QProgressBar,
     QPushButton,
     Qt,
+    QTabWidget,
+    QUrl,
     QVBoxLayout,
     QWidget,
     Signal,
 )
-from deskllm.store import ModelLibrary
+from deskllm.store import InstalledModel, ModelLibrary, open_database
+from deskllm.store.library_import import ImportResult, import_known_folders, import_path
 
 _PATH = Qt.ItemDataRole.UserRole
+_ID = Qt.ItemDataRole.UserRole + 1
+
+
+def parameters_text(n: int) -> str:
+    if not n:
+        return "? params"
+    return f"{n / 1e9:.1f}B params" if n >= 1e9 else f"{n / 1e6:.0f}M params"
+
+
+def model_text(model: InstalledModel) -> str:
+    size = f"{model.size_bytes / 2**20:,.0f} MiB"
+    ctx = f"ctx {model.context_length:,}" if model.context_length else "ctx ?"
+    parts = (model.name, model.architecture, parameters_text(model.parameters), model.quant)
+    return " · ".join((*parts, size, ctx))
+
+
+def import_summary(result: ImportResult) -> str:
+    added = ", ".join(Path(m.path).name for m in result.added) or "nothing new"
+    text = f"Added {len(result.added)}: {added}."
+    if result.skipped:
+        skipped = "; ".join(f"{Path(path).name} ({why})" for path, why in result.skipped[:5])
+        more = f" and {len(result.skipped) - 5} more" if len(result.skipped) > 5 else ""
+        text += f" Skipped {len(result.skipped)}: {skipped}{more}."
+    return text
+
+
+def _database_path(library: ModelLibrary) -> Path | None:
+    for _seq, name, file in library.db.execute("PRAGMA database_list").fetchall():
+        if name == "main" and file:
+            return Path(file)
+    return None
 
 
 class ModelsPanel(QWidget):
@@ -35,45 +79,77 @@ class ModelsPanel(QWidget):
     def __init__(self, library: ModelLibrary, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.library = library
+        self.db_path = _database_path(library)
         self.loaded_path: str | None = None
         self.loading = False
         self.streaming = False  # a reply is being written: the engine is taken
+        self._calls = BackgroundCalls("library", self)
         self.list = QListWidget()
+        self.details = QLabel()
+        self.details.setWordWrap(True)
+        self.details.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.load_button = QPushButton("Load")
         self.unload_button = QPushButton("Unload")
+        self.delete_button = QPushButton("Delete…")
+        self.reveal_button = QPushButton("Show in folder")
+        self.import_file_button = QPushButton("Import file…")
+        self.import_folder_button = QPushButton("Import folder…")
+        self.find_button = QPushButton("Find models from other apps")
         self.progress = QProgressBar()
         self.progress.setRange(0, 100)
         self.progress.hide()
         self.status = QLabel()
         self.status.setWordWrap(True)
-        note = QLabel("Searching Hugging Face and downloading models comes in a later version.")
-        note.setWordWrap(True)
-        note.setForegroundRole(QPalette.ColorRole.PlaceholderText)
+        self.downloads = DownloadBridge(self.db_path, self)
+        self.discover = DiscoverView(self.downloads, settings_mod.load().n_ctx)
+        self.tabs = QTabWidget()
+        self.tabs.addTab(self._installed_tab(), "Installed")
+        self.tabs.addTab(self.discover, "Discover")
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.tabs)
+        self.load_button.clicked.connect(self._load_clicked)
+        self.unload_button.clicked.connect(self.unload_requested)
+        self.delete_button.clicked.connect(self.delete_selected)
+        self.reveal_button.clicked.connect(self.reveal_selected)
+        self.import_file_button.clicked.connect(self._import_file_clicked)
+        self.import_folder_button.clicked.connect(self._import_folder_clicked)
+        self.find_button.clicked.connect(self.find_other_apps)
+        self.list.currentItemChanged.connect(lambda *_: self._update_buttons())
+        self.list.itemDoubleClicked.connect(lambda _item: self._load_clicked())
+        self.discover.download_finished.connect(lambda _path: self.refresh())
+        self.refresh()
+        self.downloads.start()  # unfinished downloads of the last run continue
+
+    def _installed_tab(self) -> QWidget:
         buttons = QHBoxLayout()
         buttons.addWidget(self.status, 1)
         buttons.addWidget(self.progress)
-        buttons.addWidget(self.unload_button)
+        for button in (self.delete_button, self.reveal_button, self.unload_button):
+            buttons.addWidget(button)
         buttons.addWidget(self.load_button)
-        layout = QVBoxLayout(self)
-        layout.addWidget(QLabel("Installed models"))
+        imports = QHBoxLayout()
+        imports.addWidget(self.import_file_button)
+        imports.addWidget(self.import_folder_button)
+        imports.addWidget(self.find_button)
+        imports.addStretch(1)
+        tab = QWidget()
+        layout = QVBoxLayout(tab)
         layout.addWidget(self.list, 1)
+        layout.addWidget(self.details)
         layout.addLayout(buttons)
-        layout.addWidget(note)
-        self.load_button.clicked.connect(self._load_clicked)
-        self.unload_button.clicked.connect(self.unload_requested)
-        self.list.currentItemChanged.connect(lambda *_: self._update_buttons())
-        self.list.itemDoubleClicked.connect(lambda _item: self._load_clicked())
-        self.refresh()
+        layout.addLayout(imports)
+        return tab
 
     def refresh(self) -> None:
         selected = self.selected_path()
         self.list.clear()
         for model in self.library.list():
-            size = f"{model.size_bytes / 2**20:,.0f} MiB"
             mark = "  — loaded" if model.path == self.loaded_path else ""
             missing = "  — file missing" if not model.exists else ""
-            item = QListWidgetItem(f"{model.name} · {model.quant} · {size}{mark}{missing}")
+            item = QListWidgetItem(f"{model_text(model)}{mark}{missing}")
             item.setData(_PATH, model.path)
+            item.setData(_ID, model.id)
             item.setToolTip(model.path)
             self.list.addItem(item)
             if model.path in (selected, self.loaded_path) and self.list.currentItem() is None:
@@ -83,6 +159,10 @@ class ModelsPanel(QWidget):
     def selected_path(self) -> str | None:
         item = self.list.currentItem()
         return item.data(_PATH) if item is not None else None
+
+    def selected_model(self) -> InstalledModel | None:
+        item = self.list.currentItem()
+        return self.library.get(item.data(_ID)) if item is not None else None
 
     @property
     def busy(self) -> bool:
@@ -110,12 +190,100 @@ class ModelsPanel(QWidget):
         self.streaming = streaming
         self._update_buttons()
 
+    # Delete, reveal, import ----------------------------------------------------------------
+    def delete_selected(self) -> None:
+        model = self.selected_model()
+        if model is None or model.path == self.loaded_path or self.busy:
+            return
+        starter = model.source == "starter"
+        what = (
+            "It is removed from the list; the starter model's file ships with the app and stays."
+            if starter
+            else f"This deletes the file {model.path} from the disk."
+        )
+        answer = QMessageBox.question(
+            self, "Delete model", f"Delete {model.name}?\n\n{what}",
+            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+            QMessageBox.StandardButton.No,
+        )  # fmt: skip
+        if answer != QMessageBox.StandardButton.Yes:
+            return
+        try:
+            self.library.remove(model.id, delete_file=True)  # refuses the starter file itself
+        except OSError as exc:
+            self.status.setText(f"Could not delete {Path(model.path).name}: {exc}")
+            return
+        self.status.setText(f"Deleted {model.name}")
+        self.refresh()
+
+    def reveal_selected(self) -> None:
+        path = self.selected_path()
+        if path:
+            QDesktopServices.openUrl(QUrl.fromLocalFile(str(Path(path).parent)))
+
+    def _import_file_clicked(self) -> None:
+        path, _filter = QFileDialog.getOpenFileName(
+            self, "Import a model file", str(Path.home()), "GGUF models (*.gguf)"
+        )
+        if path:
+            self.import_from(path)
+
+    def _import_folder_clicked(self) -> None:
+        path = QFileDialog.getExistingDirectory(self, "Import the models in a folder")
+        if path:
+            self.import_from(path)
+
+    def import_from(self, path: str) -> None:
+        """Add a .gguf file, or every model in a folder, where it is (no copy)."""
+        self._import(lambda library: import_path(library, path), f"Importing {path}…")
+
+    def find_other_apps(self) -> None:
+        """Add the models other tools keep (the Hugging Face cache, LM Studio)."""
+        self._import(import_known_folders, "Looking for models from other apps…")
+
+    def _import(self, run, message: str) -> None:
+        self.status.setText(message)
+        for button in (self.import_file_button, self.import_folder_button, self.find_button):
+            button.setEnabled(False)
+        db_path = self.db_path
+
+        def work() -> ImportResult:
+            db = open_database(db_path)  # this thread's own connection
+            try:
+                return run(ModelLibrary(db))
+            finally:
+                db.close()
+
+        self._calls.run(work, self._on_imported)
+
+    def _on_imported(self, future: Future) -> None:
+        for button in (self.import_file_button, self.import_folder_button, self.find_button):
+            button.setEnabled(True)
+        try:
+            self.status.setText(import_summary(future.result()))
+        except Exception as exc:  # an unreadable folder and such: say it, keep going
+            self.status.setText(f"The import failed: {exc}")
+        self.refresh()
+
+    def shutdown(self) -> None:
+        """Pause downloads (they continue on the next start) and stop the worker threads."""
+        self.discover.shutdown()
+        self._calls.shutdown(wait=True)
+        self.downloads.shutdown()
+
+    # Buttons -------------------------------------------------------------------------------
     def _load_clicked(self) -> None:
         path = self.selected_path()
-        if path and not self.busy and path != self.loaded_path:
+        if path and not self.busy and path != self.loaded_path and Path(path).is_file():
             self.load_requested.emit(path)
 
     def _update_buttons(self) -> None:
         path = self.selected_path()
-        self.load_button.setEnabled(bool(path) and not self.busy and path != self.loaded_path)
+        exists = bool(path) and Path(path).is_file()
+        can_load = exists and not self.busy and path != self.loaded_path
+        self.load_button.setEnabled(can_load)
         self.unload_button.setEnabled(self.loaded_path is not None and not self.busy)
+        self.delete_button.setEnabled(bool(path) and path != self.loaded_path and not self.busy)
+        self.reveal_button.setEnabled(exists)
+        item = self.list.currentItem()
+        self.details.setText(f"Where: {path}" if item is not None else "")

@@ -13,12 +13,27 @@ class Throttle(QObject):
     A request after a quiet spell calls at once (the first token shows without delay); requests
     inside the interval are merged into one call at its end. So the number of calls over a
     period is bounded by period / interval + 1, however many requests came.
+
+    The interval also grows with what a call costs, up to `max_interval_ms`, so that calls take
+    at most `max_busy` of the time: re-laying out a long reply must not take the CPU cores the
+    engine decodes on (on a 2-core machine that halved the decode speed).
     """
 
-    def __init__(self, fn: Callable[[], None], interval_ms: int, parent: QObject | None = None):
+    def __init__(
+        self,
+        fn: Callable[[], None],
+        interval_ms: int,
+        parent: QObject | None = None,
+        *,
+        max_interval_ms: int = 250,
+        max_busy: float = 0.1,
+    ):
         super().__init__(parent)
         self._fn = fn
+        self.base_interval_ms = interval_ms
         self.interval_ms = interval_ms
+        self.max_interval_ms = max_interval_ms
+        self.max_busy = max_busy
         self._clock = QElapsedTimer()
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
@@ -41,3 +56,6 @@ class Throttle(QObject):
     def _call(self) -> None:
         self._clock.start()
         self._fn()
+        cost_ms = self._clock.elapsed()
+        wanted = int(cost_ms / self.max_busy)
+        self.interval_ms = max(self.base_interval_ms, min(self.max_interval_ms, wanted))

@@ -1,0 +1,358 @@
+"""Discover: search Hugging Face for GGUF models, see each quantization of a repo planned for
+this machine (memory at the chosen context, fit, quality), and download one.
+
+Hub calls and planning run on a worker thread (BackgroundCalls); downloads run in the
+DownloadBridge's queue. Answers that arrive after the user moved on are dropped.
+
+Signals:
+    download_finished(str): a download is done and in the library (its path).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+
+from deskllm.catalog.hub import CatalogError, HubCatalog
+from deskllm.catalog.hub_types import SORTS, SearchResult
+from deskllm.catalog.quants import kl_divergence, quality_rank
+from deskllm.downloads import DownloadState, Progress
+from deskllm.downloads.units import human_bytes
+from deskllm.gui.background import BackgroundCalls
+from deskllm.gui.download_bridge import DownloadBridge
+from deskllm.gui.download_row import DownloadRow
+from deskllm.gui.qt import (
+    QAbstractItemView,
+    QComboBox,
+    QFont,
+    QGroupBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QPalette,
+    QPushButton,
+    QSplitter,
+    Qt,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+    Signal,
+)
+from deskllm.planner.fit import QuantPlan
+from deskllm.planner.plan_model import ModelPlan
+
+CONTEXTS = (2048, 4096, 8192, 16384, 32768, 65536, 131072)
+QUANT_COLUMNS = ("Quant", "File size", "Quality", "Memory", "Fit", "")
+_REPO = Qt.ItemDataRole.UserRole
+
+
+def fit_badge(plan: QuantPlan) -> str:
+    fit = plan.plan
+    if fit.fit == "gpu":
+        return "Full GPU"
+    if fit.fit == "partial":
+        return f"Partial {fit.n_gpu_layers}/{fit.layer_slots} layers"
+    if fit.fit == "cpu":
+        return "CPU"
+    return "Too large"
+
+
+def quality_text(quant: str) -> str:
+    kl = kl_divergence(quant)
+    if kl is None:
+        return "unknown"
+    tier = "near-lossless" if kl < 0.01 else "good" if kl < 0.05 else "fair" if kl < 0.2 else "low"
+    return f"{tier} (KL {kl:g})"
+
+
+def memory_text(plan: QuantPlan) -> str:
+    est = plan.plan.estimate
+    vram = f" + {human_bytes(est.vram_bytes)} VRAM" if est.vram_bytes else ""
+    return f"{human_bytes(est.ram_bytes)} RAM{vram}"
+
+
+def _plan(repo_id: str, n_ctx: int) -> ModelPlan:
+    from deskllm.planner.machine import current_hardware
+    from deskllm.planner.plan_model import plan_model
+
+    hardware = current_hardware()
+    if hardware is None:
+        raise CatalogError("the hardware probe failed, so nothing can be planned")
+    return plan_model(repo_id, hardware, n_ctx=n_ctx)
+
+
+def _item(text: str, align_right: bool = False) -> QTableWidgetItem:
+    item = QTableWidgetItem(text)
+    item.setFlags(Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable)
+    if align_right:
+        item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+    return item
+
+
+def _table(columns: tuple[str, ...]) -> QTableWidget:
+    table = QTableWidget(0, len(columns))
+    table.setHorizontalHeaderLabels(list(columns))
+    table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+    table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+    table.verticalHeader().hide()
+    table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+    table.horizontalHeader().setStretchLastSection(True)
+    return table
+
+
+class DiscoverView(QWidget):
+    download_finished = Signal(str)
+
+    def __init__(
+        self, downloads: DownloadBridge, n_ctx: int = 4096, parent: QWidget | None = None
+    ) -> None:
+        super().__init__(parent)
+        self.downloads = downloads
+        self.plan: ModelPlan | None = None
+        self.repo_id: str | None = None
+        self.rows: dict[int, DownloadRow] = {}
+        self._search_token = 0
+        self._plan_token = 0
+        self._calls = BackgroundCalls("catalog", self)
+        self._hub_catalog: HubCatalog | None = None
+        self.search_edit = QLineEdit()
+        self.search_edit.setPlaceholderText("Search Hugging Face for GGUF models")
+        self.sort = QComboBox()
+        self.sort.addItems(SORTS)
+        self.search_button = QPushButton("Search")
+        self.banner = QLabel()
+        self.banner.setWordWrap(True)
+        self.banner.setFrameShape(QLabel.Shape.StyledPanel)
+        self.banner.hide()
+        self.results = _table(("Name", "Downloads", "Likes", "Updated"))
+        self.context = QComboBox()
+        for n in CONTEXTS:
+            self.context.addItem(f"{n:,} tokens", n)
+        self.context.setCurrentIndex(max(0, self.context.findData(n_ctx)))
+        self.plan_status = QLabel("Select a model to see its quantizations")
+        self.plan_status.setWordWrap(True)
+        self.quants = _table(QUANT_COLUMNS)
+        self.recommended = QLabel()
+        self.recommended.setWordWrap(True)
+        self.download_status = QLabel()
+        self.download_status.setWordWrap(True)
+        self.downloads_box = QGroupBox("Downloads")
+        self.downloads_layout = QVBoxLayout(self.downloads_box)
+        self.downloads_layout.addWidget(self.download_status)
+        self.downloads_box.hide()
+        self._layout()
+        self.search_edit.returnPressed.connect(self.search)
+        self.search_button.clicked.connect(self.search)
+        self.sort.currentIndexChanged.connect(lambda _i: self.search())
+        self.results.currentCellChanged.connect(lambda row, *_: self._select_result(row))
+        self.context.currentIndexChanged.connect(lambda _i: self.replan())
+        downloads.progress.connect(self._on_progress)
+        downloads.restored.connect(self._on_restored)
+        downloads.failed.connect(self._on_download_failed)
+
+    def _layout(self) -> None:
+        bar = QHBoxLayout()
+        bar.addWidget(self.search_edit, 1)
+        bar.addWidget(QLabel("Sort by"))
+        bar.addWidget(self.sort)
+        bar.addWidget(self.search_button)
+        detail = QWidget()
+        detail_layout = QVBoxLayout(detail)
+        detail_layout.setContentsMargins(0, 0, 0, 0)
+        ctx = QHBoxLayout()
+        ctx.addWidget(self.plan_status, 1)
+        ctx.addWidget(QLabel("Context"))
+        ctx.addWidget(self.context)
+        detail_layout.addLayout(ctx)
+        detail_layout.addWidget(self.quants, 1)
+        detail_layout.addWidget(self.recommended)
+        splitter = QSplitter(Qt.Orientation.Vertical)
+        splitter.addWidget(self.results)
+        splitter.addWidget(detail)
+        splitter.setChildrenCollapsible(False)
+        layout = QVBoxLayout(self)
+        layout.addLayout(bar)
+        layout.addWidget(self.banner)
+        layout.addWidget(splitter, 1)
+        layout.addWidget(self.downloads_box)
+
+    @property
+    def n_ctx(self) -> int:
+        return int(self.context.currentData())
+
+    # Search --------------------------------------------------------------------------------
+    def search(self) -> None:
+        self._search_token += 1
+        token, text, sort = self._search_token, self.search_edit.text(), self.sort.currentText()
+        self.search_button.setEnabled(False)
+        self._calls.run(
+            lambda: self._catalog().search(text, sort=sort, limit=50),
+            lambda future: self._on_searched(token, future),
+        )
+
+    def _catalog(self) -> HubCatalog:
+        # Worker thread only: the catalog holds that thread's SQLite connection.
+        if self._hub_catalog is None:
+            self._hub_catalog = HubCatalog()
+        return self._hub_catalog
+
+    def _on_searched(self, token: int, future: Future) -> None:
+        if token != self._search_token:
+            return
+        self.search_button.setEnabled(True)
+        self.results.setRowCount(0)
+        try:
+            result: SearchResult = future.result()
+        except CatalogError as exc:
+            self._show_banner(f"Search failed: {exc}")
+            return
+        if result.offline:
+            if result.hits:
+                self._show_banner(f"Offline — showing cached results ({result.source.reason})")
+            else:
+                self._show_banner(f"Offline — search needs the internet ({result.source.reason})")
+        else:
+            self.banner.hide()
+        for hit in result.hits:
+            row = self.results.rowCount()
+            self.results.insertRow(row)
+            name = _item(hit.repo_id + ("  (gated)" if hit.gated else ""))
+            name.setData(_REPO, hit.repo_id)
+            self.results.setItem(row, 0, name)
+            self.results.setItem(row, 1, _item(f"{hit.downloads:,}", True))
+            self.results.setItem(row, 2, _item(f"{hit.likes:,}", True))
+            self.results.setItem(row, 3, _item((hit.last_modified or "")[:10]))
+        if not result.hits and not result.offline:
+            self.plan_status.setText("No GGUF models match this search")
+
+    def _show_banner(self, text: str) -> None:
+        self.banner.setText(text)
+        self.banner.show()
+
+    def result_repo(self, row: int) -> str | None:
+        item = self.results.item(row, 0)
+        return item.data(_REPO) if item is not None else None
+
+    # Quantizations -------------------------------------------------------------------------
+    def _select_result(self, row: int) -> None:
+        repo_id = self.result_repo(row)
+        if repo_id and repo_id != self.repo_id:
+            self.show_repo(repo_id)
+
+    def show_repo(self, repo_id: str) -> None:
+        self.repo_id = repo_id
+        self.plan = None
+        self.quants.setRowCount(0)
+        self.recommended.clear()
+        self.replan()
+
+    def replan(self) -> None:
+        """Plan the selected repo's quantizations for the chosen context (headers are cached,
+        so a new context costs no download)."""
+        if self.repo_id is None:
+            return
+        self._plan_token += 1
+        token, repo_id, n_ctx = self._plan_token, self.repo_id, self.n_ctx
+        self.plan_status.setText(f"Planning {repo_id} for {n_ctx:,} tokens of context…")
+        self._calls.run(lambda: _plan(repo_id, n_ctx), lambda f: self._on_planned(token, f))
+
+    def _on_planned(self, token: int, future: Future) -> None:
+        if token != self._plan_token:
+            return
+        try:
+            plan: ModelPlan = future.result()
+        except Exception as exc:  # catalog, header and planner errors all carry their words
+            self.quants.setRowCount(0)
+            self.plan_status.setText(f"Cannot plan {self.repo_id}: {exc}")
+            return
+        self.plan = plan
+        context = f"{plan.n_ctx:,} tokens of context ({plan.kv_type} KV cache)"
+        self.plan_status.setText(f"{plan.model}: {len(plan.plans)} files, at {context}")
+        self.quants.setRowCount(0)
+        best = plan.recommended.file if plan.recommended else None
+        for quant_plan in sorted(plan.plans, key=lambda p: (quality_rank(p.quant), p.size_bytes)):
+            self._add_quant_row(quant_plan, quant_plan.file == best)
+        if plan.recommended:
+            self.recommended.setText(f"Recommended: {plan.recommended.reason}")
+        else:
+            self.recommended.setText("Nothing fits this machine at this context.")
+
+    def _add_quant_row(self, quant_plan: QuantPlan, recommended: bool) -> None:
+        row = self.quants.rowCount()
+        self.quants.insertRow(row)
+        cells = [
+            _item(quant_plan.quant),
+            _item(human_bytes(quant_plan.size_bytes), True),
+            _item(quality_text(quant_plan.quant)),
+            _item(memory_text(quant_plan), True),
+            _item(fit_badge(quant_plan)),
+        ]
+        for column, cell in enumerate(cells):
+            cell.setToolTip(quant_plan.plan.reason)
+            if recommended:
+                font = cell.font()
+                font.setWeight(QFont.Weight.Bold)
+                cell.setFont(font)
+                cell.setBackground(self.palette().color(QPalette.ColorRole.AlternateBase))
+            self.quants.setItem(row, column, cell)
+        self.quants.item(row, 0).setData(_REPO, quant_plan.file)
+        button = QPushButton("Download")
+        repo_id, file = self.repo_id, quant_plan.file
+        button.clicked.connect(lambda: self.download(repo_id, file))
+        self.quants.setCellWidget(row, len(cells), button)
+
+    def recommended_row(self) -> int | None:
+        best = self.plan.recommended.file if self.plan and self.plan.recommended else None
+        for row in range(self.quants.rowCount()):
+            if self.quants.item(row, 0).data(_REPO) == best:
+                return row
+        return None
+
+    # Downloads -----------------------------------------------------------------------------
+    def download(self, repo_id: str | None, file: str) -> None:
+        if repo_id is None:
+            return
+        self.downloads_box.show()
+        self.download_status.setText(f"Starting {file}…")
+        self.downloads.add(repo_id, file)
+
+    def _row(self, download_id: int, name: str) -> DownloadRow:
+        row = self.rows.get(download_id)
+        if row is None:
+            row = self.rows[download_id] = DownloadRow(download_id, name, self.downloads)
+            self.downloads_layout.addWidget(row)
+            self.downloads_box.show()
+        return row
+
+    def _on_progress(self, event: Progress) -> None:
+        if event.id is None:
+            return
+        if event.state in (DownloadState.DONE, DownloadState.CANCELLED):
+            row = self.rows.pop(event.id, None)
+            if row is not None:
+                row.deleteLater()
+            if event.state == DownloadState.DONE:
+                self.download_status.setText(f"Downloaded {event.name}: it is in Installed")
+                self.download_finished.emit(event.path or "")
+            else:
+                self.download_status.setText(f"Cancelled {event.name}; its partial file is gone")
+            return
+        self._row(event.id, event.name).show_progress(event)
+
+    def _on_restored(self, records: list) -> None:
+        for record in records:
+            event = Progress(
+                id=record.id, name=record.item.what, state=record.state,
+                bytes_done=record.bytes_done, total=record.total, error=record.error,
+            )  # fmt: skip
+            self._on_progress(event)
+        if records:
+            self.download_status.setText(f"{len(records)} unfinished download(s) from last time")
+
+    def _on_download_failed(self, message: str) -> None:
+        self.downloads_box.show()
+        self.download_status.setText(message)
+
+    def shutdown(self) -> None:
+        self._calls.shutdown(wait=False)
