@@ -1,9 +1,6 @@
-"""Open the deskllm desktop app."""
+"""Open the deskllm desktop app (with arguments: the `deskllm` command line)."""
 
-import multiprocessing
-
-from deskllm.app import main
+from deskllm.entry import main
 
 if __name__ == "__main__":
-    multiprocessing.freeze_support()
     raise SystemExit(main())

@@ -1,0 +1,22 @@
+"""One entry point for the desktop app and the command line, so that a frozen deskllm is a
+single executable: with no arguments (or only the app's own options) it opens the window,
+otherwise it is the `deskllm` command (`deskllm --self-test`, `deskllm hw`, ...)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import sys
+
+_APP_OPTIONS = {"--model", "-v", "--verbose"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    multiprocessing.freeze_support()  # the engine worker is this executable in worker mode
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in _APP_OPTIONS:
+        from deskllm.app import main as app_main
+
+        return app_main(args)
+    from deskllm.cli import main as cli_main
+
+    return cli_main(args)
