@@ -38,22 +38,14 @@ def _probe_child(model_path: str) -> None:
     runtime.close()
 
 
-def _cpu_flags() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith(("flags", "Features")):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
-
-
 def build_key() -> str:
-    """Engine library identity + CPU identity (without loading llama.cpp in this process)."""
+    """Engine library identity + CPU identity (without loading llama.cpp in this process):
+    the CPU's name and the instruction sets the hardware probe reads, the native way per OS."""
     from deskllm.engine import build
+    from deskllm.hardware.cpu import probe_cpu
 
-    blob = f"{build.build_id()}|{platform.machine()}|{_cpu_flags()}"
+    cpu = probe_cpu()
+    blob = f"{build.build_id()}|{platform.machine()}|{cpu.name}|{' '.join(cpu.features)}"
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
