@@ -141,7 +141,12 @@ class ModelLibrary:
         if path is None:
             log.warning("the starter model is not installed")
             return None
+        resolved = str(path.resolve())
+        size = path.stat().st_size
         for model in self.list():
-            if model.source == "starter" and model.path != str(path.resolve()):
-                self.db["models"].delete(model.id)  # the app moved (update, reinstall)
+            if model.source != "starter":
+                continue
+            if model.path == resolved and model.size_bytes == size:
+                return model  # registered already: no header to read again on every start
+            self.db["models"].delete(model.id)  # the app moved (update, reinstall)
         return self.add(path, source="starter", name=STARTER_NAME)
