@@ -7,7 +7,7 @@ Target: within +-10% in every cell.
 
     .venv/bin/python bench/plan_accuracy.py            # table; exit 1 if a cell misses
     .venv/bin/python bench/plan_accuracy.py --json     # table on stderr, JSON on stdout
-    GGML_VK_VISIBLE_DEVICES=0 DESKLLM_ENGINE_DIR=.engines/vulkan \
+    GGML_VK_VISIBLE_DEVICES=0 DESKLLM_ENGINE_DIR=.engines/release \
         .venv/bin/python bench/plan_accuracy.py --gpu Vulkan0 --models starter [--gpu-layers 16]
 
 Models: the starter SmolLM2-135M (Q4_1) and Gemma 3 270M (Q4_K_M, sliding-window attention),

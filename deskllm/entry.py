@@ -5,12 +5,18 @@ otherwise it is the `deskllm` command (`deskllm --self-test`, `deskllm hw`, ...)
 from __future__ import annotations
 
 import multiprocessing
+import os
 import sys
 
 _APP_OPTIONS = {"--model", "-v", "--verbose"}
 
 
 def main(argv: list[str] | None = None) -> int:
+    # A windowed executable (deskllm-gui.exe on Windows) has no console: stdout and stderr
+    # are None, and the first write to them would raise.
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115
     multiprocessing.freeze_support()  # the engine worker is this executable in worker mode
     args = sys.argv[1:] if argv is None else argv
     if not args or args[0] in _APP_OPTIONS:

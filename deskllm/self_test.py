@@ -26,6 +26,7 @@ def _check_hardware() -> dict[str, Any]:
         raise RuntimeError(f"engine not usable: {report.engine.reason}")
     return {
         "cpu": report.cpu.name,
+        "engine_backends": list(report.engine.backends),
         "engine_devices": engine_devices,
         "offload_targets": [t.name for t in report.offload_targets],
         "cpu_variant": report.engine.cpu_variant,

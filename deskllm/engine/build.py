@@ -1,9 +1,10 @@
 """Which llama.cpp build the engine uses.
 
 The default is the llama-cpp-python installed with deskllm. `DESKLLM_ENGINE_DIR` names another
-copy installed with `pip install --target` (for example the Vulkan build made by
-packaging/build_vulkan_engine.sh); every process that loads llama.cpp calls `activate()` before
-importing it, so the worker, the probes and the hardware report all see the same build.
+copy installed with `pip install --target` (for example the release build made by
+packaging/build_release_engine.sh: CPU variants and GPU backends loaded at run time); every
+process that loads llama.cpp calls `activate()` before importing it, so the worker, the probes
+and the hardware report all see the same build.
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ from deskllm.gui.qt import (
 from deskllm.gui.readouts import LiveReadouts
 from deskllm.gui.settings_dialog import SettingsDialog
 from deskllm.gui.sidebar import ConversationSidebar
+from deskllm.gui.startup_timing import FirstExpose
 from deskllm.gui.theme import apply_theme
 from deskllm.planner.machine import remember_hardware
 from deskllm.settings import Settings
@@ -315,6 +316,7 @@ class MainWindow(QMainWindow):
 
 
 def run_window(window: MainWindow) -> int:
+    window.first_expose = FirstExpose(window)
     window.show()
     window.load_model()
     return QApplication.instance().exec()

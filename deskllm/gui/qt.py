@@ -6,6 +6,7 @@ import sys
 
 from PySide6.QtCore import (
     QElapsedTimer,
+    QEvent,
     QObject,
     QPointF,
     QSettings,
@@ -81,6 +82,7 @@ __all__ = [
     "QDialogButtonBox",
     "QDoubleSpinBox",
     "QElapsedTimer",
+    "QEvent",
     "QFileDialog",
     "QFont",
     "QFontDatabase",

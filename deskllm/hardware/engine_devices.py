@@ -158,12 +158,30 @@ def load_libraries(lib_dir: Path) -> tuple[ctypes.CDLL, ctypes.CDLL]:
                 if os.environ.get(var) and folder.is_dir():
                     os.add_dll_directory(str(folder))
     loaded = []
+    mapped = _loaded_libraries()
     for stem in ("ggml", "llama"):
         candidates = [lib_dir / n for n in _library_names(stem) if (lib_dir / n).exists()]
         if not candidates:
             raise OSError(f"no {stem} library")
-        loaded.append(ctypes.CDLL(str(candidates[0])))
+        # A wheel installs libggml.so and libggml.so.0 as two files, not a link. Once
+        # llama_cpp has loaded libllama (which needs libggml.so.0), opening libggml.so by path
+        # would load a second ggml with its own, empty backend registry: use the one in memory.
+        in_memory = _mapped_copy(mapped, lib_dir, stem)
+        loaded.append(ctypes.CDLL(in_memory or str(candidates[0])))
     return loaded[0], loaded[1]
+
+
+def _mapped_copy(mapped: list[str], lib_dir: Path, stem: str) -> str | None:
+    """The path of `stem`'s library already mapped into this process, if any: preferably from
+    lib_dir, else from anywhere (a frozen app's loader may have found it in the bundle's
+    top folder)."""
+    names = _library_names(stem)
+    folders = {lib_dir, lib_dir.resolve()}
+    matches = [p for p in mapped if any(Path(p).name.startswith(n) for n in names)]
+    for path in matches:
+        if Path(path).parent in folders:
+            return path
+    return matches[0] if matches else None
 
 
 def _declare(ggml: ctypes.CDLL) -> None:

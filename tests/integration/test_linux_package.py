@@ -1,5 +1,6 @@
 """The Linux package, built, installed, used and removed for real (root and apt needed: CI
-runs as root, and .ci/run turns the skip into a failure)."""
+runs as root, and .ci/run turns the skip into a failure); and installed into a minimal Debian made
+with debootstrap, which has no Python and no Vulkan driver, to show the frozen app needs neither."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [
     pytest.mark.driver,
-    pytest.mark.timeout(1200),
+    pytest.mark.timeout(3600),  # builds the release engine if .ci/run has not
     pytest.mark.skipif(
         os.geteuid() != 0 or not shutil.which("apt-get") or not shutil.which("dpkg-deb"),
         reason="needs root, apt-get and dpkg-deb to install a .deb",
@@ -24,14 +26,36 @@ pytestmark = [
 
 
 def run(*cmd: str, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=900, **kw)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=3000, **kw)
 
 
-def test_deb_installs_runs_and_uninstalls_cleanly(tmp_path):
+@pytest.fixture(scope="module")
+def deb() -> Path:
+    """packaging/build_linux.sh, once for this module: the .deb it made."""
     built = run(str(ROOT / "packaging" / "build_linux.sh"), cwd=ROOT)
     assert built.returncode == 0, built.stderr[-3000:]
     [deb] = sorted((ROOT / "dist").glob("deskllm_*.deb"))
     assert list((ROOT / "dist").glob("deskllm-*-linux-*.tar.gz"))
+    return deb
+
+
+@pytest.fixture(scope="module")
+def build_info(deb) -> dict:
+    info = json.loads((ROOT / ".engines" / "release" / "BUILD_INFO").read_text())
+    if os.environ.get("DESKLLM_REQUIRE_DRIVERS") == "1":
+        # CI has apt and the Vulkan loader: a CPU-only engine there is a failed Vulkan build.
+        assert "vulkan" in info["backends"], info
+    return info
+
+
+def self_test_result(done: subprocess.CompletedProcess) -> dict:
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["ok"] is True, result
+    return result
+
+
+def test_deb_installs_runs_and_uninstalls_cleanly(tmp_path, deb, build_info):
     env = os.environ | {"DEBIAN_FRONTEND": "noninteractive"}
     installed = run("apt-get", "install", "-y", "-q", str(deb), env=env)
     assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
@@ -39,8 +63,15 @@ def test_deb_installs_runs_and_uninstalls_cleanly(tmp_path):
         user = os.environ | {"DESKLLM_HOME": str(tmp_path / "home"),
                              "QT_QPA_PLATFORM": "offscreen"}  # fmt: skip
         test = run("/opt/deskllm/deskllm", "--self-test", env=user, cwd=tmp_path)
-        assert test.returncode == 0, test.stdout + test.stderr
-        assert json.loads(test.stdout.strip().splitlines()[-1])["ok"] is True
+        result = self_test_result(test)
+        # The packaged engine is the release build: a CPU variant chosen at run time, and the
+        # Vulkan backend seeing this machine's device (lavapipe on CI) when it was built.
+        hardware = result["checks"]["hardware"]
+        assert hardware["cpu_variant"], hardware
+        if "vulkan" in build_info["backends"]:
+            assert "Vulkan" in hardware["engine_backends"], hardware
+            if shutil.which("vulkaninfo"):
+                assert any(d.startswith("Vulkan") for d in hardware["engine_devices"]), hardware
         on_path = run("deskllm", "models", "--json", env=user, cwd=tmp_path)
         assert on_path.returncode == 0, on_path.stderr
         assert json.loads(on_path.stdout)[0]["source"] == "starter"
@@ -56,3 +87,60 @@ def test_deb_installs_runs_and_uninstalls_cleanly(tmp_path):
     assert not Path("/opt/deskllm").exists()
     assert not Path("/usr/bin/deskllm").exists()
     assert not Path("/usr/share/applications/deskllm.desktop").exists()
+
+
+def debian_mirror() -> str:
+    sources = Path("/etc/apt/sources.list.d/debian.sources")
+    if sources.is_file():
+        for line in sources.read_text().splitlines():
+            if line.startswith("URIs:"):
+                return line.split()[1]
+    return "http://deb.debian.org/debian"
+
+
+@pytest.mark.skipif(not shutil.which("debootstrap"), reason="needs debootstrap")
+def test_the_package_needs_no_python_and_no_vulkan_driver(deb):
+    """A minimal Debian 12 (debootstrap --variant=minbase: no Python, no Vulkan loader or
+    driver); the .deb installed there with only its own dependencies passes its self-test."""
+    # Not under pytest's tmp_path: pytest deletes old ones later, and a mount left inside by
+    # accident must never be deleted through.
+    root = Path(tempfile.mkdtemp(prefix="deskllm-debian-", dir="/var/tmp"))
+    mounted: list[Path] = []
+    try:
+        made = run("debootstrap", "--variant=minbase", "bookworm", str(root), debian_mirror())
+        assert made.returncode == 0, made.stdout[-2000:] + made.stderr[-2000:]
+        shutil.copy("/etc/resolv.conf", root / "etc" / "resolv.conf")
+        shutil.copy(deb, root / "tmp" / deb.name)
+        # /proc and /sys for the hardware probe, /dev/shm for multiprocessing's semaphores.
+        (root / "dev" / "shm").mkdir(exist_ok=True)
+        for kind, where in (("proc", "proc"), ("sysfs", "sys"), ("tmpfs", "dev/shm")):
+            assert run("mount", "-t", kind, kind, str(root / where)).returncode == 0
+            mounted.append(root / where)
+
+        def inside(*cmd: str) -> subprocess.CompletedProcess:
+            env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root",
+                   "DEBIAN_FRONTEND": "noninteractive"}  # fmt: skip
+            return run("chroot", str(root), *cmd, env=env)
+
+        assert inside("apt-get", "update", "-q").returncode == 0
+        installed = inside("apt-get", "install", "-y", "-q", "--no-install-recommends",
+                           f"/tmp/{deb.name}")  # fmt: skip
+        assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
+        pythons = inside("sh", "-c", "ls /usr/bin/python* /usr/local/bin/python* 2>/dev/null")
+        assert pythons.stdout.strip() == "", pythons.stdout
+        assert not list(root.glob("usr/lib/*/libvulkan.so*"))
+        test = inside("env", "DESKLLM_HOME=/tmp/home", "QT_QPA_PLATFORM=offscreen",
+                      "/opt/deskllm/deskllm", "--self-test")  # fmt: skip
+        result = self_test_result(test)
+        hardware = result["checks"]["hardware"]
+        # No Vulkan loader: that backend alone is missing; the CPU one (a variant) works.
+        assert "Vulkan" not in hardware["engine_backends"], hardware
+        assert hardware["cpu_variant"], hardware
+        assert result["checks"]["engine"]["tokens"] > 0
+    finally:
+        for where in reversed(mounted):
+            run("umount", "-l", str(where))
+        with open("/proc/self/mounts", encoding="utf-8") as mounts:
+            still = [line for line in mounts if f" {root}/" in line]
+        if not still:
+            shutil.rmtree(root, ignore_errors=True)

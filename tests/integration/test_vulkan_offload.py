@@ -1,6 +1,7 @@
 """Real GPU offload through llama.cpp's Vulkan backend on Mesa lavapipe.
 
-Uses the second engine build made by packaging/build_vulkan_engine.sh (.ci/run builds it), and
+Uses the release engine build made by packaging/build_release_engine.sh (.ci/run builds it;
+CPU variants and the Vulkan backend, loaded at run time), and
 the real starter model: full and partial offload, the device memory ggml reports, and the
 engine's device list against the hardware report.
 """
@@ -16,14 +17,14 @@ from engine_helpers import collect
 from deskllm.engine.client import EngineClient
 from deskllm.engine.protocol import ChatMessage, Sampling
 
-VULKAN_ENGINE = Path(__file__).resolve().parents[2] / ".engines" / "vulkan"
+VULKAN_ENGINE = Path(__file__).resolve().parents[2] / ".engines" / "release"
 N_LAYERS = 30  # SmolLM2-135M: llama.block_count
 
 pytestmark = [
     pytest.mark.driver,
     pytest.mark.skipif(
         not (VULKAN_ENGINE / "llama_cpp").is_dir(),
-        reason="the Vulkan engine is not built (packaging/build_vulkan_engine.sh)",
+        reason="the release engine is not built (packaging/build_release_engine.sh)",
     ),
 ]
 

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Build dist/deskllm-<version>-macos-<arch>.dmg on macOS: the release engine (Metal and the CPU
+# variants of this architecture), the frozen deskllm.app, its self-test, then a disk image with
+# the app and a link to /Applications to drag it onto. Needs Python 3.11+, Xcode's command-line
+# tools and CMake. The app is signed ad hoc only: a downloaded copy must be opened with
+# right-click > Open the first time until it is signed and notarized with a Developer ID.
+#     ./packaging/build_macos.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+./dev setup
+PYTHON=.venv/bin/python
+VERSION="$("$PYTHON" -c 'import deskllm; print(deskllm.__version__)')"
+./packaging/build_release_engine.sh
+
+DESKLLM_ENGINE_DIR=.engines/release "$PYTHON" -m PyInstaller --noconfirm --log-level WARN \
+    --distpath dist --workpath build/pyinstaller packaging/deskllm.spec
+QT_QPA_PLATFORM=offscreen dist/deskllm.app/Contents/MacOS/deskllm --self-test
+
+stage=build/dmg
+rm -rf "$stage"
+mkdir -p "$stage"
+cp -R dist/deskllm.app "$stage/"
+ln -s /Applications "$stage/Applications"
+dmg="dist/deskllm-$VERSION-macos-$(uname -m).dmg"
+rm -f "$dmg"
+hdiutil create -volname deskllm -srcfolder "$stage" -ov -format UDZO "$dmg"
+ls -l "$dmg" >&2
