@@ -5,8 +5,9 @@ fetched again after a download was killed half-way. Prints one JSON object.
 
 Both clients run as their own processes (the server has this process to itself) and are timed
 by their own clocks: curl's time_total, deskllm's TransferStats.seconds (request to verified,
-fsynced, renamed file: the sha256 is included). The server is Python (tests/hub_server.py),
-so this compares the clients at the speed that server manages, not at a fast CDN's.
+fsynced, renamed file: the sha256 is included). The server is tests/hub_server.py, which sends
+plain bodies with sendfile(2) as real file servers do, so on a 2-core machine it leaves the
+CPU to the clients being compared.
 
 Keys: size_bytes, rounds, curl_mb_s and deskllm_mb_s (medians), ratio (the median over rounds
 of deskllm / curl speed, each round side by side; target >= 0.9), ratio_without_fsync (the

@@ -195,6 +195,20 @@ class RangeResponse:
         """Up to n bytes, from a single socket read; b"" at the end of the body."""
         return self._resp.read1(n)
 
+    def readinto1(self, buffer: memoryview) -> int:
+        """read1 into a buffer the caller reuses (no new bytes object per read); 0 at the end
+        of the body. Mirrors HTTPResponse.read1, which has no readinto1."""
+        resp = self._resp
+        if resp.fp is None:
+            return 0
+        if resp.chunked or resp.length is None:
+            data = resp.read1(len(buffer))
+            buffer[: len(data)] = data
+            return len(data)
+        n = resp.fp.readinto1(buffer[: resp.length]) if resp.length else 0
+        resp.length -= n
+        return n
+
     def abort(self) -> None:
         """From another thread: make a blocked read return at once (pause, cancel)."""
         sock = self._conn.sock

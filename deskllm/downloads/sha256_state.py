@@ -25,7 +25,7 @@ import queue
 import struct
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 log = logging.getLogger("deskllm.downloads")
@@ -180,6 +180,10 @@ def restore_sha256(kind: str | None, state: str | None, bytes_hashed: int) -> Sh
     return hasher if hasher.bytes_hashed() == bytes_hashed else None
 
 
+# What the hashing thread is given: data to hash, a callback to run in order, None to stop.
+_Item = bytes | bytearray | memoryview | Callable[[], None] | None
+
+
 class HashThread:
     """A Sha256 fed on its own thread, so hashing overlaps the next network read instead of
     adding to it (ctypes and hashlib both release the GIL while they hash). update() only
@@ -188,7 +192,7 @@ class HashThread:
 
     def __init__(self, inner: Sha256, depth: int = 8) -> None:
         self._inner = inner
-        self._queue: queue.Queue[bytes | bytearray | memoryview | None] = queue.Queue(depth)
+        self._queue: queue.Queue[_Item] = queue.Queue(depth)
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._loop, name="download-sha256", daemon=True)
         self._thread.start()
@@ -197,6 +201,11 @@ class HashThread:
         if self._error is not None:
             raise RuntimeError("hashing failed") from self._error
         self._queue.put(data)
+
+    def after(self, callback: Callable[[], None]) -> None:
+        """Call `callback` on the hashing thread once everything queued so far is hashed (to
+        hand a reused buffer back)."""
+        self._queue.put(callback)
 
     def sync(self) -> None:
         self._queue.join()
@@ -222,7 +231,9 @@ class HashThread:
             try:
                 if data is None:
                     return
-                if self._error is None:
+                if callable(data):
+                    data()
+                elif self._error is None:
                     self._inner.update(data)
             except BaseException as exc:  # noqa: BLE001 - reported to the download thread
                 self._error = exc

@@ -12,9 +12,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import functools
 import http.client
 import logging
 import os
+import queue
 import random
 import shutil
 import ssl
@@ -62,6 +64,10 @@ from deskllm.downloads.sha256_state import (
 from deskllm.downloads.units import human_bytes
 
 log = logging.getLogger("deskllm.downloads")
+
+# Read buffers per transfer (of TransferOptions.chunk_bytes each): enough for the hashing
+# thread to lag a few reads behind without stopping the socket reads.
+_BUFFERS = 8
 
 # Errors of a connection that was working: retried from the last byte on disk.
 _NETWORK_ERRORS = (OSError, http.client.HTTPException, ssl.SSLError)
@@ -338,13 +344,22 @@ class _Transfer:
             if response.etag != self.sidecar.etag:
                 self.sidecar.etag = response.etag
                 self._checkpoint(force=True)
+            # Socket reads go into a few reused buffers: each one goes back to the pool once
+            # its bytes are written and hashed (a new bytes object per read cost more CPU than
+            # the read itself).
             size, chunk = self.remote.size, self.opts.chunk_bytes
+            pool: queue.SimpleQueue[bytearray] = queue.SimpleQueue()
+            for _ in range(_BUFFERS):
+                pool.put(bytearray(chunk))
             while self.offset < size:
                 self.control.check()
-                data = response.read1(min(chunk, size - self.offset))
-                if not data:
+                buf = pool.get()  # waits while every buffer is still being hashed
+                view = memoryview(buf)[: min(chunk, size - self.offset)]
+                n = response.readinto1(view)
+                if not n:
                     raise RetryableError(f"the connection closed at byte {self.offset} of {size}")
-                self._write(f, data)
+                self._write(f, view[:n])
+                self.hasher.after(functools.partial(pool.put, buf))
                 self.report(self.offset, DownloadState.DOWNLOADING)
                 self._checkpoint()
         finally:
@@ -365,16 +380,15 @@ class _Transfer:
                 f"{response.total}, expected {remote.size}); look the repo up again and retry"
             )
 
-    def _write(self, f, data: bytes) -> None:
-        view = memoryview(data)
-        done = 0
-        while done < len(data):
+    def _write(self, f, view: memoryview) -> None:
+        done, total = 0, len(view)
+        while done < total:
             try:
                 n = f.write(view[done:]) or 0
             except OSError as exc:
                 self._disk_error(exc)
             # Hash exactly what reached the file, so a short write stays consistent.
-            self.hasher.update(data if n == len(data) else view[done : done + n])
+            self.hasher.update(view[done : done + n])
             done += n
             self.offset += n
             self.stats.fetched += n
