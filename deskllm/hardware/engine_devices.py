@@ -175,9 +175,10 @@ def _mapped_copy(mapped: list[str], lib_dir: Path, stem: str) -> str | None:
     """The path of `stem`'s library already mapped into this process, if any: preferably from
     lib_dir, else from anywhere (a frozen app's loader may have found it in the bundle's
     top folder)."""
-    names = _library_names(stem)
+    # libggml.so, libggml.so.0, libggml.0.dylib, ggml.dll; not libggml-base.so.
+    name = re.compile(rf"^(lib)?{re.escape(stem)}(\.\d+)*\.(so|dylib|dll)(\.\d+)*$")
     folders = {lib_dir, lib_dir.resolve()}
-    matches = [p for p in mapped if any(Path(p).name.startswith(n) for n in names)]
+    matches = list(dict.fromkeys(p for p in mapped if name.match(Path(p).name)))
     for path in matches:
         if Path(path).parent in folders:
             return path
