@@ -15,7 +15,10 @@ VERSION="$("$PYTHON" -c 'import deskllm; print(deskllm.__version__)')"
 
 DESKLLM_ENGINE_DIR=.engines/release "$PYTHON" -m PyInstaller --noconfirm --log-level WARN \
     --distpath dist --workpath build/pyinstaller packaging/deskllm.spec
-QT_QPA_PLATFORM=offscreen dist/deskllm.app/Contents/MacOS/deskllm --self-test
+self_test_home="$(mktemp -d)"  # not the user's own data
+DESKLLM_HOME="$self_test_home" QT_QPA_PLATFORM=offscreen \
+    dist/deskllm.app/Contents/MacOS/deskllm --self-test
+rm -rf "$self_test_home"
 
 stage=build/dmg
 rm -rf "$stage"

