@@ -66,7 +66,7 @@ for module in "$ENGINE_DIR"/bin/*ggml-*; do
 done
 shopt -u nullglob
 # The top-level lib/, bin/ and include/ copies of the CMake install are not used.
-rm -rf "$ENGINE_DIR/lib" "$ENGINE_DIR/bin" "$ENGINE_DIR/include"
+rm -rf "${ENGINE_DIR:?}/lib" "${ENGINE_DIR:?}/bin" "${ENGINE_DIR:?}/include"
 if ! ls "$ENGINE_DIR"/llama_cpp/lib/*ggml-cpu* >/dev/null 2>&1; then
     echo "no CPU backend library in $ENGINE_DIR/llama_cpp/lib: the build is unusable" >&2
     exit 1

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by packaging/build_release_engine.sh. `vulkan_sdk WORK_DIR` prints the CMake arguments
 # that build llama.cpp's Vulkan backend, or nothing (saying why on stderr) where it cannot be
 # built, so that the caller builds without it. In order:
