@@ -65,6 +65,12 @@ STREAMER = textwrap.dedent(
 )
 
 
+def parse_committed(line: str) -> list[str]:
+    fields = line.split()
+    assert len(fields) == 3 and fields[0] == "committed", f"unexpected line {line!r}"
+    return fields
+
+
 def expected_content(round_name: str, i: int) -> str:
     return f"round {round_name} message {i} " + "payload " * (i % 200)
 
@@ -91,14 +97,16 @@ def read_line(proc: subprocess.Popen) -> list[str]:
 
 
 def kill9(proc: subprocess.Popen) -> list[str]:
-    """SIGKILL the child; returns the lines it printed that were not read yet."""
+    """SIGKILL the child; returns the complete lines it printed that were not read yet. A last
+    line without its newline was cut by the kill (print writes its parts separately when
+    stdout is unbuffered): the child never finished reporting it."""
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=10)
     assert proc.returncode == -signal.SIGKILL
-    rest = proc.stdout.read().splitlines()
+    *complete, _cut = proc.stdout.read().split("\n")
     proc.stdout.close()
     proc.stderr.close()
-    return rest
+    return complete
 
 
 def check_integrity(db_path: Path) -> None:
@@ -130,7 +138,7 @@ def test_kill9_while_writing_messages_loses_nothing_committed():
                 committed[int(i)] = int(message_id)
             time.sleep(rng.random() * 0.05)  # land somewhere inside a later write
             for line in kill9(proc):
-                kind, i, message_id = line.split()
+                kind, i, message_id = parse_committed(line)
                 committed[int(i)] = int(message_id)
         finally:
             if proc.poll() is None:
