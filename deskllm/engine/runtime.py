@@ -68,10 +68,8 @@ def _init_backend() -> None:
 
 
 def _load_dynamic_backends() -> None:
-    """Release builds (GGML_BACKEND_DL=ON) register no backend until they are loaded from the
-    library folder; llama.cpp then refuses every model. A missing GPU driver only makes that
-    backend's library fail to load, which ggml skips."""
-    from deskllm.hardware.engine_devices import load_libraries
+    """Release builds load their backends (CPU variants, GPU) at run time."""
+    from deskllm.hardware.engine_devices import load_dynamic_backends, load_libraries
 
     lib_dir = build.library_dir()
     if lib_dir is None:
@@ -80,9 +78,7 @@ def _load_dynamic_backends() -> None:
         ggml, _llama = load_libraries(lib_dir)
     except OSError:
         return
-    if ggml.ggml_backend_reg_count() == 0 and hasattr(ggml, "ggml_backend_load_all_from_path"):
-        ggml.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
-        ggml.ggml_backend_load_all_from_path(str(lib_dir).encode())
+    load_dynamic_backends(ggml, lib_dir)
 
 
 @dataclass

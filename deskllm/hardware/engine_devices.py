@@ -67,11 +67,7 @@ def read_engine(lib_dir: Path | None = None) -> plain.Plain:
         reason = f"the llama.cpp libraries in {lib_dir} could not be loaded: {exc}"
         return unavailable(reason, elapsed_ms(start))
     _silence_logs(ggml)
-    _declare(ggml)
-    if ggml.ggml_backend_reg_count() == 0 and hasattr(ggml, "ggml_backend_load_all_from_path"):
-        # Builds with GGML_BACKEND_DL=ON register nothing until backends are loaded; this is
-        # what the engine must do too (llama.cpp refuses to load a model otherwise).
-        ggml.ggml_backend_load_all_from_path(str(lib_dir).encode())
+    load_dynamic_backends(ggml, lib_dir)
     backends = [
         _str(ggml.ggml_backend_reg_name(ggml.ggml_backend_reg_get(i)))
         for i in range(ggml.ggml_backend_reg_count())
@@ -169,6 +165,16 @@ def load_libraries(lib_dir: Path) -> tuple[ctypes.CDLL, ctypes.CDLL]:
         in_memory = _mapped_copy(mapped, lib_dir, stem)
         loaded.append(ctypes.CDLL(in_memory or str(candidates[0])))
     return loaded[0], loaded[1]
+
+
+def load_dynamic_backends(ggml: ctypes.CDLL, lib_dir: Path) -> None:
+    """Builds with GGML_BACKEND_DL=ON register no backend until they are loaded from the
+    library folder, and llama.cpp then refuses every model: the engine and the probe both
+    load them here. A missing GPU driver only makes that backend's library fail to load,
+    which ggml skips."""
+    _declare(ggml)
+    if ggml.ggml_backend_reg_count() == 0 and hasattr(ggml, "ggml_backend_load_all_from_path"):
+        ggml.ggml_backend_load_all_from_path(str(lib_dir).encode())
 
 
 def _mapped_copy(mapped: list[str], lib_dir: Path, stem: str) -> str | None:
