@@ -3,8 +3,20 @@
 # already built), the frozen app with it, its self-test, then dist/deskllm_<version>_<arch>.deb
 # (installs under /opt/deskllm, a `deskllm` command on the PATH, a menu entry with its icon)
 # and a portable dist/deskllm-<version>-linux-<arch>.tar.gz of the same folder.
+# The engine must have its Vulkan backend (packaging/check_release_engine.sh), unless a CPU-only
+# package is asked for: --cpu-only (or CPU_ONLY=1) builds the engine without it on purpose.
+#     ./packaging/build_linux.sh [--cpu-only]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+CPU_ONLY="${CPU_ONLY:-0}"
+for arg in "$@"; do
+    case "$arg" in
+        --cpu-only) CPU_ONLY=1 ;;
+        *) echo "usage: $0 [--cpu-only]" >&2; exit 2 ;;
+    esac
+done
+export CPU_ONLY
 
 PYTHON="${PYTHON:-.venv/bin/python}"
 ENGINE_DIR="${ENGINE_DIR:-.engines/release}"
@@ -12,6 +24,7 @@ VERSION="$("$PYTHON" -c 'import deskllm; print(deskllm.__version__)')"
 ARCH="$(dpkg --print-architecture 2>/dev/null || uname -m)"
 
 ENGINE_DIR="$ENGINE_DIR" PYTHON="$PYTHON" ./packaging/build_release_engine.sh
+./packaging/check_release_engine.sh "$ENGINE_DIR"
 DESKLLM_ENGINE_DIR="$ENGINE_DIR" "$PYTHON" -m PyInstaller --noconfirm --log-level WARN \
     --distpath dist --workpath build/pyinstaller packaging/deskllm.spec
 # The frozen folder must work before it is packaged (offscreen: no display needed).

@@ -9,8 +9,10 @@
 #   GGML_VULKAN=ON           (Linux, Windows) NVIDIA, AMD and Intel GPUs through one backend;
 #   Metal                    (macOS) llama-cpp-python turns it on by itself.
 # Where the Vulkan backend cannot be built (no headers, no glslc) the engine is built without
-# it and the script says so. deskllm uses the build when DESKLLM_ENGINE_DIR points at it;
-# packaging/build_linux.sh freezes it into the app. BUILD_INFO in ENGINE_DIR lists what was built.
+# it and the script says so; the installer scripts then stop (packaging/check_release_engine.sh)
+# unless CPU_ONLY=1, which builds without any GPU backend (no Vulkan, no Metal) on purpose.
+# deskllm uses the build when DESKLLM_ENGINE_DIR points at it; packaging/build_linux.sh freezes
+# it into the app. BUILD_INFO in ENGINE_DIR lists the backend libraries that were built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,17 +21,20 @@ LLAMA_CPP_PYTHON="${LLAMA_CPP_PYTHON:-llama-cpp-python==0.3.36}"
 PYTHON="${PYTHON:-.venv/bin/python}"
 WORK="${WORK:-build/engine-sdk}"
 VULKAN="${VULKAN:-auto}"   # auto | off
-
+CPU_ONLY="${CPU_ONLY:-0}"  # 1: no GPU backend at all
 stamp="$LLAMA_CPP_PYTHON vulkan=$VULKAN"
+if [ "$CPU_ONLY" = 1 ]; then
+    VULKAN=off
+    stamp="$LLAMA_CPP_PYTHON cpu-only"
+fi
 if [ -f "$ENGINE_DIR/.built" ] && [ "$(cat "$ENGINE_DIR/.built")" = "$stamp" ]; then
     echo "release engine already built in $ENGINE_DIR" >&2
     exit 0
 fi
 
 cmake_args="-DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON"
-backends="cpu(all variants)"
 case "$(uname -s)" in
-    Darwin) backends+=" metal" ;;
+    Darwin) if [ "$CPU_ONLY" = 1 ]; then cmake_args+=" -DGGML_METAL=OFF"; fi ;;
     *)
         vulkan_args=""
         if [ "$VULKAN" != off ]; then
@@ -39,7 +44,6 @@ case "$(uname -s)" in
         fi
         if [ -n "$vulkan_args" ]; then
             cmake_args+=" $vulkan_args"
-            backends+=" vulkan"
         else
             echo "NOTE: this engine build has no Vulkan backend (CPU only)" >&2
         fi
@@ -71,6 +75,11 @@ if ! ls "$ENGINE_DIR"/llama_cpp/lib/*ggml-cpu* >/dev/null 2>&1; then
     echo "no CPU backend library in $ENGINE_DIR/llama_cpp/lib: the build is unusable" >&2
     exit 1
 fi
+# The GPU backends are the libraries that were actually built, not the ones that were asked for.
+backends="cpu(all variants)"
+for gpu in vulkan metal; do
+    if compgen -G "$ENGINE_DIR/llama_cpp/lib/*ggml-$gpu*" >/dev/null; then backends+=" $gpu"; fi
+done
 printf '{"llama_cpp_python": "%s", "backends": "%s", "cmake_args": "%s"}\n' \
     "$LLAMA_CPP_PYTHON" "$backends" "$CMAKE_ARGS" > "$ENGINE_DIR/BUILD_INFO"
 echo "$stamp" > "$ENGINE_DIR/.built"

@@ -1,8 +1,11 @@
 # Build dist\deskllm-setup.exe on Windows: the release engine (CPU variants chosen at run time,
 # Vulkan when the LunarG SDK is installed and VULKAN_SDK names it), the frozen app, its
 # self-test, then the Inno Setup installer. Needs Python 3.11+, Visual Studio's C++ tools,
-# CMake, Git for Windows (bash) and Inno Setup 6 (iscc).
-#     powershell -ExecutionPolicy Bypass -File packaging\build_windows.ps1
+# CMake, Git for Windows (bash) and Inno Setup 6 (iscc). The engine must have its Vulkan
+# backend (packaging/check_release_engine.sh), unless a CPU-only package is asked for: -CpuOnly
+# (or CPU_ONLY=1) builds the engine without it on purpose.
+#     powershell -ExecutionPolicy Bypass -File packaging\build_windows.ps1 [-CpuOnly]
+param([switch]$CpuOnly)
 $ErrorActionPreference = "Stop"
 Set-Location (Join-Path $PSScriptRoot "..")
 
@@ -24,7 +27,9 @@ Invoke-Step "installing the starter model" {
 $bash = Join-Path $env:ProgramFiles "Git\bin\bash.exe"
 if (-not (Test-Path $bash)) { $bash = "bash" }
 $env:PYTHON = ".venv/Scripts/python.exe"
+if ($CpuOnly) { $env:CPU_ONLY = "1" }
 Invoke-Step "the release engine build" { & $bash packaging/build_release_engine.sh }
+Invoke-Step "the release engine check" { & $bash packaging/check_release_engine.sh .engines/release }
 
 $env:DESKLLM_ENGINE_DIR = ".engines\release"
 Invoke-Step "PyInstaller" {
