@@ -29,6 +29,7 @@ from deskllm.gui.qt import (
     Signal,
 )
 from deskllm.store import ConversationStore
+from deskllm.store.conversations import MAX_SEARCH_CHARS
 
 SEARCH_DELAY_MS = 200  # search once the user pauses typing, not on every key
 _ID = Qt.ItemDataRole.UserRole
@@ -56,6 +57,7 @@ class ConversationSidebar(QWidget):
         self.search = QLineEdit()
         self.search.setPlaceholderText("Search chats")
         self.search.setClearButtonEnabled(True)
+        self.search.setMaxLength(MAX_SEARCH_CHARS)  # the store refuses longer searches
         self.list = QListWidget()
         self.list.setEditTriggers(
             QAbstractItemView.EditTrigger.DoubleClicked

@@ -12,6 +12,13 @@ from typing import Any
 from sqlite_utils import Database
 
 STATUSES = ("complete", "streaming", "interrupted", "error")
+# A search box, not a document: longer text is a paste by mistake, and SQLite refuses LIKE
+# patterns over 50,000 bytes anyway.
+MAX_SEARCH_CHARS = 1000
+
+
+class SearchError(ValueError):
+    """A search text the store cannot search for (the message says why)."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +69,17 @@ def _message(row: dict) -> Message:
         metrics=json.loads(row["metrics"] or "{}"),
         created_at=row["created_at"],
     )
+
+
+def _searchable(text: str) -> str:
+    """`text` as SQLite can take it: a lone surrogate (not encodable as UTF-8) becomes U+FFFD,
+    and a NUL (where SQLite's LIKE and FTS5 would stop reading) a space."""
+    if len(text) > MAX_SEARCH_CHARS:
+        raise SearchError(
+            f"The search text is too long ({len(text):,} characters; at most {MAX_SEARCH_CHARS:,})."
+        )
+    text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text.replace("\x00", " ")
 
 
 def _fts_query(text: str) -> str:
@@ -125,7 +143,9 @@ class ConversationStore:
             self.db["conversations"].delete(conversation_id)
 
     def search(self, text: str, limit: int = 100) -> list[Conversation]:
-        """Conversations whose title or any message contains `text`, most recent first."""
+        """Conversations whose title or any message contains `text`, most recent first.
+        Raises SearchError for a text over MAX_SEARCH_CHARS."""
+        text = _searchable(text)
         # `%` and `_` typed by the user are literal characters, not LIKE wildcards.
         escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         like = f"%{escaped}%"
