@@ -32,6 +32,13 @@ log = logging.getLogger("deskllm.downloads")
 
 STATE_KIND = "openssl-SHA256_CTX-v1"
 _CTX_SIZE = 112  # sizeof(SHA256_CTX): h[8], Nl, Nh, data[16], num, md_len (all 32-bit)
+# Offsets in SHA256_CTX of Nl/Nh (the bit count) and of num/md_len (bytes waiting in the block
+# buffer, digest length). OpenSSL trusts them blindly: a `num` past the 64-byte block makes
+# SHA256_Update copy out of bounds, so each one is checked before the struct is handed over.
+_COUNT_AT, _NUM_AT = 32, 104
+_BLOCK = 64
+_DIGEST_LEN = 32
+_MAX_BYTES = (1 << 61) - 1  # the bit count is a 64-bit field
 
 
 class Sha256(Protocol):
@@ -87,10 +94,6 @@ class _OpenSslSha256:
     def state(self) -> str | None:
         return base64.b64encode(self._ctx.raw).decode("ascii")
 
-    def bytes_hashed(self) -> int:
-        low, high = struct.unpack_from("<II", self._ctx.raw, 32)  # Nl, Nh: the bit count
-        return ((high << 32) | low) // 8
-
 
 def _libcrypto_candidates() -> Iterator[str]:
     """Library names to try, cheapest first (find_library may run ldconfig or a compiler)."""
@@ -132,18 +135,18 @@ def _load_libcrypto() -> ctypes.CDLL | None:
 
 
 def _self_test(lib: ctypes.CDLL) -> bool:
-    """The saved-state round trip must give hashlib's answer, and the bit count must sit where
-    we read it; otherwise the struct is not what we think and we do not use it."""
+    """The saved-state round trip must give hashlib's answer, and every field we check on a
+    restore must sit where we read it; otherwise the struct is not what we think and we do not
+    use it."""
     try:
         data = bytes(range(256)) * 41  # 10,496 bytes: several blocks plus a partial one
         first = _OpenSslSha256(lib)
         first.update(data[:5000])
-        restored = _OpenSslSha256(lib, base64.b64decode(first.state() or ""))
+        saved = base64.b64decode(first.state() or "")
+        _check_ctx(saved, 5000)
+        restored = _OpenSslSha256(lib, saved)
         restored.update(bytearray(data[5000:]))
-        return (
-            restored.hexdigest() == hashlib.sha256(data).hexdigest()
-            and first.bytes_hashed() == 5000
-        )
+        return restored.hexdigest() == hashlib.sha256(data).hexdigest()
     except Exception:  # noqa: BLE001 - any failure means: use the fallback
         return False
 
@@ -163,21 +166,55 @@ def new_sha256() -> Sha256:
     return _OpenSslSha256(lib) if lib is not None else _HashlibSha256()
 
 
-def restore_sha256(kind: str | None, state: str | None, bytes_hashed: int) -> Sha256 | None:
-    """The hash continued from a saved state, or None when it cannot be (then re-hash)."""
+class HashStateError(ValueError):
+    """A saved hash state that cannot be continued; the message says why (re-hash instead)."""
+
+
+def load_sha256(kind: object, state: object, bytes_hashed: object) -> Sha256:
+    """The hash continued from a saved state. Raises HashStateError when it cannot be (then
+    re-hash): each field of the struct must agree with `bytes_hashed`, so a damaged or foreign
+    sidecar can never hand OpenSSL a context it would read or write out of bounds."""
     lib = _lib()
-    if lib is None or kind != STATE_KIND or not state:
-        return None
+    if kind != STATE_KIND:
+        raise HashStateError("the hash state is of an unknown kind")
+    if lib is None:
+        raise HashStateError("OpenSSL's SHA256_CTX is not usable here")
+    if not isinstance(state, str) or len(state) > 4 * _CTX_SIZE:
+        raise HashStateError("the hash state is not a short text")
+    if isinstance(bytes_hashed, bool) or not isinstance(bytes_hashed, int):
+        raise HashStateError("the hashed byte count is not a number")
+    if not 0 <= bytes_hashed <= _MAX_BYTES:
+        raise HashStateError(f"the hashed byte count {bytes_hashed} is out of range")
     try:
         raw = base64.b64decode(state, validate=True)
     except ValueError:
-        return None
+        raise HashStateError("the hash state is not base64") from None
+    _check_ctx(raw, bytes_hashed)
+    return _OpenSslSha256(lib, raw)
+
+
+def _check_ctx(raw: bytes, bytes_hashed: int) -> None:
     if len(raw) != _CTX_SIZE:
+        raise HashStateError(f"the hash state has {len(raw)} bytes, not {_CTX_SIZE}")
+    low, high = struct.unpack_from("<II", raw, _COUNT_AT)
+    num, md_len = struct.unpack_from("<II", raw, _NUM_AT)
+    counted = ((high << 32) | low) // 8
+    # The saved count must match the bytes the sidecar says were hashed: this also catches a
+    # sidecar from another file or a layout we do not know.
+    if (high << 32) | low != bytes_hashed * 8:
+        raise HashStateError(f"the hash state counts {counted} bytes, the sidecar {bytes_hashed}")
+    if num != bytes_hashed % _BLOCK:
+        raise HashStateError(f"the hash state has {num} bytes in its block, not {counted % _BLOCK}")
+    if md_len != _DIGEST_LEN:
+        raise HashStateError(f"the hash state has digest length {md_len}, not {_DIGEST_LEN}")
+
+
+def restore_sha256(kind: object, state: object, bytes_hashed: object) -> Sha256 | None:
+    """load_sha256, or None when the state cannot be continued (then re-hash)."""
+    try:
+        return load_sha256(kind, state, bytes_hashed)
+    except HashStateError:
         return None
-    hasher = _OpenSslSha256(lib, raw)
-    # The saved count must match the bytes the sidecar says were hashed: a cheap consistency
-    # check that catches a sidecar from another file or a layout we do not know.
-    return hasher if hasher.bytes_hashed() == bytes_hashed else None
 
 
 # What the hashing thread is given: data to hash, a callback to run in order, None to stop.

@@ -56,10 +56,11 @@ from deskllm.downloads.partfile import (
 )
 from deskllm.downloads.sha256_state import (
     STATE_KIND,
+    HashStateError,
     HashThread,
     Sha256,
+    load_sha256,
     new_sha256,
-    restore_sha256,
 )
 from deskllm.downloads.units import human_bytes
 
@@ -209,12 +210,17 @@ class _Transfer:
     # -- resume ------------------------------------------------------------------------------
 
     def _resume(self) -> None:
-        sidecar = Sidecar.load(self.side)
+        """Continue from the partial file when its sidecar can be trusted; otherwise start
+        over (or re-hash the partial file), saying so with the file's name. Whatever is on
+        disk, this raises nothing but a DownloadError."""
+        sidecar = Sidecar.load(self.side)  # checks every field; logs why one is not used
+        if self.part.exists() and not self.part.is_file():
+            raise DownloadError(f"{self.part} is in the way (it is not a file): move it away")
         on_disk = self.part.stat().st_size if self.part.exists() else None
         reason = _unusable(sidecar, on_disk, self.remote)
         if reason:
-            if on_disk is not None:
-                log.info("%s: starting over (%s)", self.remote.what, reason)
+            if on_disk or sidecar is not None:
+                log.warning("%s: starting over, %s (%s)", self.remote.what, reason, self.part)
             remove_partial(self.dest)
             self.part.touch()
             # Before any byte: a partial without a sidecar is not trusted. Not fsynced: if a
@@ -224,14 +230,15 @@ class _Transfer:
         assert sidecar is not None and on_disk is not None
         self.sidecar = sidecar
         self.sidecar.url = self.url
-        hasher = None
-        if on_disk >= sidecar.bytes_done:
-            hasher = restore_sha256(sidecar.hash_kind, sidecar.hash_state, sidecar.bytes_done)
+        hasher = self._saved_hash(sidecar, on_disk)
         start = sidecar.bytes_done if hasher else 0
         self.hasher = hasher or new_sha256()
         # Bytes written after the last checkpoint (or all of them, without a usable hash
         # state) are read back once: they are never fetched again.
-        self.stats.rehashed = _hash_range(self.part, start, on_disk, self.hasher)
+        try:
+            self.stats.rehashed = _hash_range(self.part, start, on_disk, self.hasher)
+        except OSError as exc:
+            raise DownloadError(f"cannot read the partial file {self.part}: {exc}") from exc
         self.offset = self.stats.resumed_from = on_disk
         self._last_checkpoint = (time.monotonic(), on_disk)
         log.info(
@@ -240,6 +247,26 @@ class _Transfer:
             on_disk,
             self.stats.rehashed,
         )
+
+    def _saved_hash(self, sidecar: Sidecar, on_disk: int) -> Sha256 | None:
+        """The hash continued from the sidecar's state, or None: then the whole partial file
+        is hashed again (with a log line when a saved state was there but is not usable)."""
+        if on_disk < sidecar.bytes_done:
+            log.warning(
+                "%s: %s is shorter than its sidecar says (%d < %d bytes); re-hashing it",
+                self.remote.what, self.part, on_disk, sidecar.bytes_done,
+            )  # fmt: skip
+            return None
+        if sidecar.hash_kind is None and sidecar.hash_state is None:
+            return None  # saved without OpenSSL: a re-hash was always the plan
+        try:
+            return load_sha256(sidecar.hash_kind, sidecar.hash_state, sidecar.bytes_done)
+        except HashStateError as exc:
+            log.warning(
+                "%s: the saved hash state in %s is not usable (%s); re-hashing %s",
+                self.remote.what, self.side, exc, self.part,
+            )  # fmt: skip
+            return None
 
     def _check_space(self) -> None:
         remaining = self.remote.size - self.offset

@@ -3,10 +3,12 @@ SQLite, and the CLI as real processes: killed, offline, two at once, a full disk
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -24,7 +26,7 @@ from deskllm.downloads import (
     TransferOptions,
     resolve,
 )
-from deskllm.downloads.partfile import lock_path, part_path, sidecar_path
+from deskllm.downloads.partfile import Sidecar, lock_path, part_path, sidecar_path
 from deskllm.downloads.sha256_state import new_sha256
 from deskllm.store import ModelLibrary, open_database
 
@@ -516,3 +518,99 @@ def test_without_a_quant_the_planners_recommendation_is_taken(hub, quant_ladder,
     monkeypatch.setattr(machine, "current_hardware", lambda: report_from_dict(profile))
     small = resolve(MAIN_REPO)
     assert small.quant != "Q8_0" and small.total < item.total
+
+
+# -- damaged files left by an earlier run -------------------------------------------------
+
+# What the GUI does at start (DownloadBridge): restore the queue left by the last run. In a
+# child: before the sidecar checks, a damaged hash state killed the process (SIGSEGV).
+_RESTORE = """
+import json, logging
+from deskllm.downloads import DownloadManager, TransferOptions
+logging.basicConfig(level=logging.INFO)
+manager = DownloadManager(options=TransferOptions(backoff_base_s=0.02, backoff_max_s=0.5))
+manager.start(restore=True)
+out = []
+for record in manager.list():
+    record = manager.wait(record.id, timeout=120)
+    stats = manager.stats(record.id)
+    out.append({"state": record.state.value, "error": record.error,
+                "fetched": stats and stats.fetched, "rehashed": stats and stats.rehashed})
+manager.close()
+print(json.dumps(out))
+"""
+
+
+def _with_block_count(state: str, num: int) -> str:
+    raw = bytearray(base64.b64decode(state))
+    struct.pack_into("<I", raw, 104, num)  # SHA256_CTX.num: bytes waiting in its 64-byte block
+    return base64.b64encode(raw).decode("ascii")
+
+
+def _damage(kind: str, dest: Path) -> Path:
+    """Damage what a closed download left on disk; returns the file the log must name."""
+    side, part = sidecar_path(dest), part_path(dest)
+    raw = json.loads(side.read_text())
+    if kind == "block count, rewritten whole":  # a well-formed sidecar with a hostile state
+        sidecar = Sidecar.load(side)
+        assert sidecar is not None and sidecar.hash_state is not None
+        sidecar.hash_state = _with_block_count(sidecar.hash_state, 10**6)
+        sidecar.save(side)
+    elif kind == "block count, in place":
+        raw["hash_state"] = _with_block_count(raw["hash_state"], 10**6)
+        side.write_text(json.dumps(raw))
+    elif kind == "wrong types":
+        raw |= {"bytes_done": str(raw["bytes_done"]), "etag": ["x"]}
+        raw.pop("check", None)
+        side.write_text(json.dumps(raw))
+    elif kind == "truncated":
+        side.write_bytes(side.read_bytes()[:40])
+    else:
+        assert kind == "no partial file"
+        part.unlink()
+        return part
+    return side
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["block count, rewritten whole", "block count, in place", "wrong types", "truncated",
+     "no partial file"],
+)  # fmt: skip
+def test_a_damaged_sidecar_never_stops_the_downloads_restored_at_start(
+    damage, hub, managers, models, quant_ladder, deskllm_home, tmp_path
+):
+    if new_sha256().state() is None:
+        pytest.skip("no saved hash state here: the sidecars hold none to damage")
+    name = f"{STEM}-Q2_K.gguf"
+    size = quant_ladder["Q2_K"].stat().st_size
+    dest = models / MAIN_REPO / name
+    hub.fault(MAIN_REPO, name, throttle_bytes_per_s=20e6)
+    manager = managers()
+    manager.add(resolve(MAIN_REPO, "Q2_K"))
+    wait_for(lambda: part_path(dest).exists() and part_path(dest).stat().st_size > size // 4)
+    manager.close()  # the app closes: the download stays queued, with its partial file
+    time.sleep(0.5)  # the server notices the closed connection and stops counting
+    on_disk = part_path(dest).stat().st_size
+    named = _damage(damage, dest)
+    hub.fault(MAIN_REPO, name)
+    served = hub.served(MAIN_REPO, name)
+
+    child = subprocess.run(
+        [sys.executable, "-c", _RESTORE], env=cli_env(hub, deskllm_home, tmp_path),
+        capture_output=True, text=True, timeout=TIMEOUT,
+    )  # fmt: skip
+    assert child.returncode == 0, f"the restore died ({child.returncode}): {child.stderr}"
+    [result] = json.loads(child.stdout)
+    assert result["state"] == "done", result["error"]
+    assert sha256(dest) == sha256(quant_ladder["Q2_K"])
+    assert leftovers(dest) == []
+    warnings = [line for line in child.stderr.splitlines() if line.startswith("WARNING")]
+    assert any(str(named) in line for line in warnings), child.stderr
+    if damage == "block count, rewritten whole":
+        # Only the hash state was bad: the bytes on disk are hashed again, not fetched again.
+        assert result["rehashed"] == on_disk
+        assert result["fetched"] == hub.served(MAIN_REPO, name) - served == size - on_disk
+    else:
+        # A sidecar that cannot be trusted says nothing about the partial file: start over.
+        assert result["fetched"] == size
