@@ -72,11 +72,39 @@ class DownloadItem:
         return cls(repo_id, tuple(RemoteFile(**p) for p in json.loads(parts_json)), quant)
 
 
+# Names Windows keeps for devices, with any extension ("NUL.gguf" is the NUL device too). The
+# superscript digits count as digits there.
+_DEVICES = frozenset(
+    ["CON", "PRN", "AUX", "NUL", "CONIN$", "CONOUT$"]
+    + [f"{port}{n}" for port in ("COM", "LPT") for n in "0123456789\u00b9\u00b2\u00b3"]
+)
+_FORBIDDEN = frozenset('<>:"|?*\\') | {chr(c) for c in range(32)} | {"\x7f"}
+
+
 def _safe_relative(path: str) -> None:
-    # Repo paths become local paths: never let one climb out of the models folder.
-    parts = PurePosixPath(path).parts
-    if not parts or path.startswith("/") or "\\" in path or any(p in ("..", ".") for p in parts):
-        raise DownloadError(f"refusing the unsafe file path {path!r}")
+    """Refuse a repo path that could land outside the models folder, or on another file than
+    its name says, on any system: the file names come from the Hub, i.e. from anyone."""
+    reason = _unsafe_part(path)
+    if reason:
+        raise DownloadError(f"refusing the unsafe file path {path!r} ({reason})")
+
+
+def _unsafe_part(path: str) -> str | None:
+    if not path or path.startswith("/"):
+        return "not a relative path"
+    for part in path.split("/"):
+        if part in ("", ".", ".."):
+            return "an empty, '.' or '..' part"
+        bad = sorted(set(part) & _FORBIDDEN)
+        if bad:
+            # ':' makes "C:x.gguf" a drive-relative path on Windows (outside the folder) or
+            # "a.gguf:s" an NTFS stream; a backslash is a separator there.
+            return f"the character {bad[0]!r}"
+        if part[-1] in ". ":
+            return "a part ending in a dot or a space"  # Windows drops them: another name
+        if part.split(".")[0].rstrip(" ").upper() in _DEVICES:
+            return f"{part!r} is a device name on Windows"
+    return None
 
 
 @dataclass
