@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from deskllm.downloads.errors import LockedError
+from deskllm.paths import PRIVATE_FILE_MODE
 
 
 class FileLock:
@@ -20,7 +21,7 @@ class FileLock:
 
     def acquire(self) -> None:
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, PRIVATE_FILE_MODE)
             try:
                 _lock(fd)
             except OSError:

@@ -11,6 +11,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from deskllm.paths import open_private
+
 log = logging.getLogger("deskllm.downloads")
 
 
@@ -97,7 +99,7 @@ class Sidecar:
 
     def save(self, path: Path, durable: bool = True) -> None:
         tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
+        with open_private(tmp) as f:  # 0600: it says what the user is downloading
             json.dump(dataclasses.asdict(self) | {"check": self._digest()}, f)
             if durable:
                 f.flush()

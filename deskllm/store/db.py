@@ -25,6 +25,8 @@ def open_database(
 ) -> Database:
     """Open (creating if needed) and migrate the store. Raises DatabaseTooNew for a newer schema."""
     path = Path(path) if path else paths.database_path()
+    if path.parent.is_dir():
+        paths.ensure_private_file(path)  # 0600, and SQLite gives -wal and -shm the same mode
     migrations = MIGRATIONS if migrations is None else migrations
     db = Database(path)
     try:
