@@ -1,8 +1,10 @@
 """Render a model's chat template safely.
 
 Templates are code from the internet (CVE-2024-34359 was a template escaping Jinja). They run in
-Jinja's immutable sandbox, with a time limit and an output size limit; a template that fails
-falls back to ChatML with a warning instead of breaking the chat.
+Jinja's immutable sandbox, with a time limit, an output size limit and a size check before every
+operation that could allocate past it (template_limits); a template that fails falls back to
+ChatML with a warning instead of breaking the chat. One that runs past a limit is refused for
+good: it is checked once at load, and each chat turn cannot make it allocate or loop either.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ from typing import Any
 
 from jinja2 import TemplateError
 from jinja2.exceptions import SecurityError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from deskllm.engine import template_limits
 from deskllm.engine.protocol import ChatMessage
+from deskllm.engine.template_limits import BoundedSandbox, TemplateLimitError
 
 MAX_OUTPUT_CHARS = 4_000_000
 MAX_RENDER_S = 2.0
@@ -26,6 +29,14 @@ CHATML = (
     "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+SAMPLE_CONVERSATION = (
+    ChatMessage("system", "You are a helpful assistant."),
+    ChatMessage("user", "Hello!"),
+    ChatMessage("assistant", "Hi. How can I help?"),
+    ChatMessage("user", "What is 2 + 2?"),
 )
 
 
@@ -48,35 +59,14 @@ def _raise_exception(message: str) -> None:
     raise TemplateError(message)
 
 
-class _LimitedSandbox(ImmutableSandboxedEnvironment):
-    """The immutable sandbox, plus size checks on `*` and `**`: `{{ 'x' * 10**10 }}` would
-    otherwise allocate gigabytes before the output limit could see it."""
-
-    intercepted_binops = frozenset(["*", "**"])
-
-    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-        if operator == "**" and isinstance(right, int) and abs(right) > 64:
-            raise TemplateError(f"exponent {right} is too large for a chat template")
-        if operator == "*":
-            for seq, times in ((left, right), (right, left)):
-                if (
-                    isinstance(seq, str | list | tuple)
-                    and isinstance(times, int)
-                    and len(seq) * times > MAX_OUTPUT_CHARS
-                ):
-                    raise TemplateError("a repeated string or list is too large")
-        return super().call_binop(context, operator, left, right)
-
-
 class ChatTemplate:
     """A compiled chat template with a ChatML fallback."""
 
     def __init__(self, source: str | None, bos_token: str = "", eos_token: str = "") -> None:
-        self.env = _LimitedSandbox(
-            trim_blocks=True, lstrip_blocks=True, autoescape=False
+        self.env = BoundedSandbox(
+            MAX_OUTPUT_CHARS, trim_blocks=True, lstrip_blocks=True, autoescape=False
         )
         self.env.globals["raise_exception"] = _raise_exception
-        self.env.filters["tojson"] = _tojson
         self.bos_token = bos_token
         self.eos_token = eos_token
         self.warning: str | None = None
@@ -87,20 +77,40 @@ class ChatTemplate:
             return
         try:
             self.template = self.env.from_string(source)
+        except TemplateLimitError as exc:
+            self.warning = f"the model's chat template was refused: {exc}; using ChatML"
         except TemplateError as exc:
             self.warning = f"the model's chat template does not compile ({exc}); using ChatML"
+        else:
+            self._validate()
+
+    def _validate(self) -> None:
+        """Render an ordinary conversation once, so a template that runs past a limit even on
+        that is refused at load (and the load says so). Chat turns stay bounded all the same:
+        a template may keep its bomb for one particular message."""
+        try:
+            _render_limited(self.template, self._context(SAMPLE_CONVERSATION))
+        except TemplateLimitError as exc:
+            self._refuse(f"the model's chat template was refused: {exc}")
+        except _Deadline:
+            self._refuse(f"the chat template ran longer than {MAX_RENDER_S:.0f} s")
+        except Exception:  # noqa: BLE001 - raising on an unexpected conversation is allowed
+            pass
 
     @property
     def source(self) -> str:
         return "model" if self.template is not None else "fallback"
 
-    def render(self, messages: list[ChatMessage] | tuple[ChatMessage, ...]) -> RenderedPrompt:
-        context = {
+    def _context(self, messages: list[ChatMessage] | tuple[ChatMessage, ...]) -> dict[str, Any]:
+        return {
             "messages": [{"role": m.role, "content": m.content} for m in messages],
             "add_generation_prompt": True,
             "bos_token": self.bos_token,
             "eos_token": self.eos_token,
         }
+
+    def render(self, messages: list[ChatMessage] | tuple[ChatMessage, ...]) -> RenderedPrompt:
+        context = self._context(messages)
         if self.template is not None:
             try:
                 text = _render_limited(self.template, context)
@@ -109,21 +119,24 @@ class ChatTemplate:
                 raise TemplateRefused(
                     f"the model's chat template tried to escape the sandbox ({exc}); it was not run"
                 ) from None
-            except TemplateRefused:
-                raise
+            except TemplateLimitError as exc:
+                # Kept for the next turn: the size may come from this conversation's messages.
+                warning = f"the model's chat template was refused: {exc}; using ChatML"
             except _Deadline:
-                warning = f"the chat template ran longer than {MAX_RENDER_S:.0f} s; using ChatML"
+                warning = self._refuse(
+                    f"the chat template ran longer than {MAX_RENDER_S:.0f} s"
+                )
             except Exception as exc:  # a template is untrusted code: any failure means fallback
                 warning = f"the chat template failed ({type(exc).__name__}: {exc}); using ChatML"
         else:
             warning = self.warning
         return RenderedPrompt(_render_limited(self.fallback, context), "fallback", warning)
 
-
-def _tojson(value: Any, indent: int | None = None) -> str:
-    import json
-
-    return json.dumps(value, indent=indent, ensure_ascii=False)
+    def _refuse(self, reason: str) -> str:
+        """Stop using a template: it would cost as much again on every turn."""
+        self.template = None
+        self.warning = f"{reason}; using ChatML"
+        return self.warning
 
 
 def _render_limited(template: Any, context: dict[str, Any]) -> str:
@@ -136,7 +149,9 @@ def _render_limited(template: Any, context: dict[str, Any]) -> str:
     def tracer(frame: Any, event: str, arg: Any) -> Any:
         if time.monotonic() > deadline:
             raise _Deadline()
-        return tracer
+        # The size checks bound their own loops; tracing them line by line would only slow
+        # down the walk over a large value until the deadline, not stop anything sooner.
+        return None if frame.f_code.co_filename == template_limits.__file__ else tracer
 
     previous = sys.gettrace()
     sys.settrace(tracer)
@@ -144,7 +159,7 @@ def _render_limited(template: Any, context: dict[str, Any]) -> str:
         for chunk in template.generate(**context):
             size += len(chunk)
             if size > MAX_OUTPUT_CHARS:
-                raise TemplateError(f"output longer than {MAX_OUTPUT_CHARS} characters")
+                raise TemplateLimitError(f"output longer than {MAX_OUTPUT_CHARS} characters")
             parts.append(chunk)
     finally:
         sys.settrace(previous)

@@ -2,6 +2,7 @@
 
 import sys
 import time
+import tracemalloc
 
 import pytest
 
@@ -239,3 +240,143 @@ def test_a_template_that_builds_a_huge_string_falls_back_before_allocating_it():
     rendered = ChatTemplate("{{ 'x' * 10**10 }}{{ messages[0]['content'] }}").render(MESSAGES)
     assert rendered.source == "fallback" and "too large" in rendered.warning
     assert ChatTemplate("{{ 'ab' * 3 }}{{ 2 ** 3 }}").render(MESSAGES).text == "ababab8"
+
+
+# Templates that allocate gigabytes inside one C call (a method, a filter, a format), where the
+# deadline cannot interrupt them. Each is refused before it allocates: (template, named in the
+# warning).
+BOMBS = [
+    ("{{ 'a'.ljust(10**9) }}", "str.ljust"),
+    ("{{ 'a'.rjust(10**9) }}", "str.rjust"),
+    ("{{ 'a'.center(10**9) }}", "str.center"),
+    ("{{ '1'.zfill(10**9) }}", "str.zfill"),
+    ("{{ '\\t'.expandtabs(10**9) }}", "str.expandtabs"),
+    ("{{ ('a' * 1000000).replace('a', 'b' * 1000) }}", "str.replace"),
+    ("{{ ('-' * 40000).join(['x'] * 100000) }}", "str.join"),
+    ("{{ 'a'|center(10**9) }}", "'center' filter"),
+    ("{{ 'a'|center(1000000000) }}", "'center' filter"),  # folded at compile time before
+    ("{{ 'a'|indent(10**9) }}", "'indent' filter"),
+    ("{{ ('\\n' * 1000000)|indent(100) }}", "'indent' filter"),
+    ("{{ messages|tojson(indent=10**9) }}", "tojson indent"),
+    ("{{ range(100000)|join('x' * 4000) }}", "'join' filter"),
+    ("{{ ('a' * 1000000)|replace('a', 'b' * 1000) }}", "'replace' filter"),
+    ("{{ '%0999999999d'|format(1) }}", "'format' filter"),
+    ("{{ [1]|batch(10**9, 'x')|list }}", "'batch' filter"),
+    ("{{ '%0999999999d' % 1 }}", "'%' format"),
+    ("{{ '%.999999999d' % 1 }}", "'%' format"),
+    ("{{ '%*d' % (999999999, 1) }}", "'%' format"),
+    ("{{ ('%s' * 1000) % ((('x' * 4000000),) * 1000) }}", "'%' format"),
+    ("{{ '{:>999999999}'.format(1) }}", "str.format field"),
+    ("{{ '{:{w}}'.format(1, w=999999999) }}", "str.format field"),
+    ("{{ '{x:>999999999}'.format_map({'x': 1}) }}", "str.format field"),
+    ("{{ ('{0}' * 1000).format('x' * 4000000) }}", "str.format"),
+    ("{{ 'abc'.translate({97: 'x' * 4000000}) }}", "str.translate"),
+    ("{{ lipsum(10**9) }}", "lipsum"),
+    (
+        "{% set ns = namespace(v='ab') %}{% for i in range(60) %}"
+        "{% set ns.v = ns.v ~ ns.v %}{% endfor %}{{ ns.v|length }}",
+        "'~' concatenation",
+    ),
+    (
+        "{% set ns = namespace(v='ab') %}{% for i in range(60) %}"
+        "{% set ns.v = ns.v + ns.v %}{% endfor %}{{ ns.v|length }}",
+        "'+' concatenation",
+    ),
+    (
+        "{% set ns = namespace(v='ab') %}{% for i in range(60) %}"
+        "{% set block %}{{ ns.v }}{{ ns.v }}{% endset %}{% set ns.v = block %}{% endfor %}",
+        "set block",
+    ),
+    (  # tiny in memory, but its text is 2**60 items long
+        "{% set ns = namespace(v=[1]) %}{% for i in range(60) %}"
+        "{% set ns.v = [ns.v, ns.v] %}{% endfor %}{{ ns.v }}",
+        "printed value",
+    ),
+    (
+        "{% set ns = namespace(v=[1]) %}{% for i in range(60) %}"
+        "{% set ns.v = [ns.v, ns.v] %}{% endfor %}{{ ns.v|string }}",
+        "'string' filter",
+    ),
+    (
+        "{% set ns = namespace(v=[1]) %}{% for i in range(60) %}"
+        "{% set ns.v = [ns.v, ns.v] %}{% endfor %}{{ '%s' % (ns.v,) }}",
+        "'%' format",
+    ),
+    (
+        "{% set ns = namespace(v=10) %}{% for i in range(40) %}"
+        "{% set ns.v = ns.v * ns.v %}{% endfor %}{{ ns.v > 0 }}",
+        "product of numbers",
+    ),
+    ("{{ (10 ** 60) ** 5000 > 0 }}", "a power"),
+]
+
+MEMORY_BOUND = 64 << 20  # bytes a refused template may allocate, tokenizer-free
+
+
+def peak_allocation(run):
+    """Run and return (result, the peak bytes Python allocated meanwhile)."""
+    tracemalloc.start()
+    try:
+        result = run()
+        return result, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize(("source", "named"), BOMBS)
+def test_a_template_that_would_allocate_gigabytes_is_refused_at_load(source, named):
+    started = time.monotonic()
+    tmpl, peak = peak_allocation(lambda: ChatTemplate(source))
+    assert time.monotonic() - started < chat_template.MAX_RENDER_S
+    assert peak < MEMORY_BOUND
+    assert tmpl.source == "fallback"
+    assert "refused" in tmpl.warning and named in tmpl.warning and "ChatML" in tmpl.warning
+    out = tmpl.render(MESSAGES)
+    assert (out.source, out.text, out.warning) == ("fallback", CHATML_EXPECTED, tmpl.warning)
+
+
+def test_a_bomb_that_waits_for_one_message_is_bounded_at_chat_time():
+    source = (
+        "{% for m in messages %}{% if 'x' in m.content %}{{ 'a'.ljust(10**9) }}{% endif %}"
+        "[{{ m.content }}]{% endfor %}"
+    )
+    tmpl = ChatTemplate(source)
+    assert (tmpl.source, tmpl.warning) == ("model", None)  # the load-time check sees nothing
+    out, peak = peak_allocation(lambda: tmpl.render([ChatMessage("user", "xylophone")]))
+    assert peak < MEMORY_BOUND
+    assert out.source == "fallback" and "str.ljust" in out.warning
+    assert out.text == "<|im_start|>user\nxylophone<|im_end|>\n<|im_start|>assistant\n"
+    # Still the model's template for a conversation that does not set it off.
+    assert tmpl.render([ChatMessage("user", "hello")]).text == "[hello]"
+
+
+def test_a_template_that_loops_for_minutes_is_refused_at_load_and_costs_nothing_after(
+    monkeypatch,
+):
+    monkeypatch.setattr(chat_template, "MAX_RENDER_S", 0.3)
+    tmpl = ChatTemplate(
+        "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}"
+    )
+    assert tmpl.source == "fallback" and "ran longer than" in tmpl.warning
+    started = time.monotonic()
+    out = tmpl.render(MESSAGES)
+    assert time.monotonic() - started < 0.3
+    assert (out.source, out.text) == ("fallback", CHATML_EXPECTED)
+
+
+def test_widths_counts_and_formats_within_the_limits_still_work():
+    source = (
+        "{{ 'ab'.center(6, '*') }}|{{ 'a'.ljust(3, '.') }}|{{ '7'.zfill(3) }}|"
+        "{{ 'ab'|center(6) }}|{{ 'x\\ny'|indent(2) }}|{{ '%05d' % 42 }}|{{ '%*d' % (4, 7) }}|"
+        "{{ '{:>4}'.format('z') }}|{{ '{a}-{b}'.format_map({'a': 1, 'b': 2}) }}|"
+        "{{ ', '.join(['p', 'q']) }}|{{ [1, 2]|join('+') }}|{{ 'aa'.replace('a', 'bc') }}|"
+        "{{ 'a\\tb'.expandtabs(4) }}|{{ '%s=%d'|format('k', 3) }}|{{ 'o' ~ 1 ~ [2] }}|"
+        "{{ [[1], [2]]|sum(start=[]) }}|{{ {'k': [1]}|tojson(indent=1) }}|{{ 2 ** 10 }}|"
+        "{% set b %}{{ 'in' }}{{ 'side' }}{% endset %}{{ b }}|{{ [1]|batch(2, 0)|list }}"
+    )
+    out = render(source)
+    assert out.warning is None
+    assert out.text == (
+        "**ab**|a..|007|  ab  |x\n  y|00042|   7|   z|1-2|p, q|1+2|bcbc|a   b|k=3|o1[2]|"
+        '[1, 2]|{\n "k": [\n  1\n ]\n}|1024|inside|[[1, 0]]'
+    )
