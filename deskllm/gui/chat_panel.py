@@ -21,6 +21,7 @@ from deskllm.gui.elided_label import ElidedLabel
 from deskllm.gui.engine_bridge import EngineBridge
 from deskllm.gui.message_view import MessageWidget
 from deskllm.gui.qt import (
+    QDesktopServices,
     QFont,
     QFrame,
     QHBoxLayout,
@@ -71,6 +72,7 @@ class ChatPanel(QWidget):
         self.bridge = bridge
         self.library = library
         self.ensure_model = ensure_model  # queues a model load before a reply that needs it
+        self.open_url = QDesktopServices.openUrl  # a link from a message, once the user agreed
         self.conversation_id: str | None = None
         self.model_ready = False
         self.widgets: list[MessageWidget] = []
@@ -330,7 +332,9 @@ class ChatPanel(QWidget):
     def _add_widget(self, message: Message) -> None:
         # Created inside the chat: a parentless widget, even never shown, costs the window
         # its activation when it is reparented (offscreen; shortcuts then stop working).
-        widget = MessageWidget(message, self.messages_layout.parentWidget())
+        widget = MessageWidget(
+            message, self.messages_layout.parentWidget(), lambda url: self.open_url(url)
+        )
         widget.edit_requested.connect(self.edit_message)
         widget.continue_requested.connect(self.continue_reply)
         widget.regenerate_requested.connect(self.regenerate)

@@ -1,5 +1,7 @@
 """MessageWidget: one message of the chat, rendered on its own so a streaming reply re-renders
-only itself. Prose is Qt's own Markdown (a QLabel); fenced code gets a CodeBlockView.
+only itself. Prose is Qt's own Markdown (a ProseView); fenced code gets a CodeBlockView. A
+message is untrusted text: it loads no resource it names, and a link opens only after the user
+saw all of it and agreed.
 
 Signals:
     edit_requested(Message): the user wants to edit and resend this (user) message.
@@ -8,6 +10,13 @@ Signals:
 """
 
 from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+# Not re-exported by deskllm.gui.qt yet.
+from PySide6.QtGui import QTextCharFormat, QTextCursor, QTextFormat
+from PySide6.QtWidgets import QTextBrowser
 
 from deskllm.gui.chat_render import (
     ROLE_TITLES,
@@ -21,42 +30,156 @@ from deskllm.gui.chat_render import (
 from deskllm.gui.code_block import CodeBlockView
 from deskllm.gui.qt import (
     QApplication,
+    QDesktopServices,
     QFont,
     QFrame,
     QHBoxLayout,
     QLabel,
+    QMessageBox,
+    QObject,
     QPalette,
     QSizePolicy,
     Qt,
+    QTextDocument,
     QToolButton,
+    QUrl,
     QVBoxLayout,
     QWidget,
     Signal,
 )
 from deskllm.store.conversations import Message
 
+LinkOpener = Callable[[QUrl], bool]  # QDesktopServices.openUrl, or a test's recorder
+WEB_SCHEMES = ("http", "https")
+# GitHub's Markdown without raw HTML: a reply's `<img src=...>` or `<link href=...>` would name
+# resources to load, and `<b>` in prose about HTML is meant to be read, not rendered.
+_MARKDOWN = QTextDocument.MarkdownFeature.MarkdownDialectGitHub | (
+    QTextDocument.MarkdownFeature.MarkdownNoHTML
+)
 
-class ProseView(QLabel):
-    """A run of Markdown prose, selectable, links open in the browser."""
+
+class MessageDocument(QTextDocument):
+    """The text of a message, which is untrusted: it never loads what it names. A remote
+    image would tell a server the reply was read; a file or UNC path would read local files
+    (or hand Windows credentials to a server). Inline data: images carry their own bytes."""
+
+    def loadResource(self, kind: int, url: QUrl):  # noqa: N802 (Qt name)
+        if url.scheme().lower() == "data":
+            return super().loadResource(kind, url)
+        return None
+
+
+def message_document(markdown: str, font: QFont, parent: QObject | None = None) -> QTextDocument:
+    """`markdown` parsed into a MessageDocument whose images, other than data: ones, are
+    replaced by a text note before anything lays it out: Qt's image handler reads a file by
+    its name itself when the document gives it nothing."""
+    document = MessageDocument(parent)
+    document.setDefaultFont(font)
+    document.setDocumentMargin(2)
+    document.setMarkdown(markdown, _MARKDOWN)
+    images = []
+    block = document.begin()
+    while block.isValid():
+        it = block.begin()
+        while not it.atEnd():
+            fragment = it.fragment()
+            fmt = fragment.charFormat()
+            if fmt.isImageFormat() and QUrl(fmt.toImageFormat().name()).scheme() != "data":
+                images.append((fragment.position(), fragment.length(), fmt.toImageFormat()))
+            it += 1
+        block = block.next()
+    for position, length, image in reversed(images):
+        cursor = QTextCursor(document)
+        cursor.setPosition(position)
+        cursor.setPosition(position + length, QTextCursor.MoveMode.KeepAnchor)
+        alt = image.property(QTextFormat.Property.ImageAltText) or "image"
+        cursor.insertText(f"[{alt}: not loaded, {image.name()}]", QTextCharFormat())
+    return document
+
+
+def link_text(url: QUrl) -> str:
+    """The whole address as it will be sent (percent-encoded, the host in ASCII), so that
+    look-alike letters and hidden parts show."""
+    return bytes(url.toEncoded()).decode("ascii", "replace")
+
+
+def open_link(url: QUrl, parent: QWidget, opener: LinkOpener) -> bool:
+    """Open a link from a message only if it is a web address and the user agrees after
+    seeing all of it; anything else (file:, javascript:, a relative path) is refused."""
+    shown = link_text(url)
+    if url.scheme().lower() not in WEB_SCHEMES or not url.host():
+        box = QMessageBox(
+            QMessageBox.Icon.Warning,
+            "Link not opened",
+            "Only web links (http and https) open from a message. This one was not opened.",
+            QMessageBox.StandardButton.Close,
+            parent,
+        )
+        box.setInformativeText(shown)
+        box.exec()
+        return False
+    box = QMessageBox(
+        QMessageBox.Icon.Question,
+        "Open link?",
+        "Open this link from the conversation in your web browser?",
+        QMessageBox.StandardButton.NoButton,
+        parent,
+    )
+    box.setInformativeText(
+        f"{shown}\n\nSite: {url.host(QUrl.ComponentFormattingOption.FullyEncoded)}"
+    )
+    box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+    accept = box.addButton("Open in browser", QMessageBox.ButtonRole.AcceptRole)
+    box.setDefaultButton(box.addButton(QMessageBox.StandardButton.Cancel))
+    box.exec()
+    return box.clickedButton() is accept and bool(opener(url))
+
+
+class ProseView(QTextBrowser):
+    """A run of Markdown prose, selectable. Its height follows its text, so the chat's own
+    scroll area does the scrolling. Links are not followed here: `anchorClicked` goes to the
+    message, which asks first.
+
+    Signals:
+        anchorClicked(QUrl): the user clicked (or pressed Enter on) a link.
+    """
 
     kind = "prose"
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.block: Block | None = None
-        self.setTextFormat(Qt.TextFormat.MarkdownText)
-        self.setWordWrap(True)
-        self.setOpenExternalLinks(True)
-        self.setTextInteractionFlags(Qt.TextInteractionFlag.TextBrowserInteraction)
+        self.setOpenLinks(False)
+        self.setOpenExternalLinks(False)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.viewport().setAutoFillBackground(False)  # the message's own background shows
         # Ignored width: a long word or URL wraps at the view's edge instead of widening it.
-        policy = QSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Minimum)
-        policy.setHeightForWidth(True)
-        self.setSizePolicy(policy)
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
+        self.setDocument(message_document("", self.font(), self))
 
     def set_block(self, block: Block) -> None:
         if block != self.block:
             self.block = block
-            self.setText(block.text)
+            old = self.document()
+            self.setDocument(message_document(block.text, self.font(), self))
+            old.deleteLater()
+            self.fit_height()
+
+    def wheelEvent(self, event) -> None:  # noqa: N802 (Qt name)
+        event.ignore()  # the chat scrolls, not this view
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt name)
+        super().resizeEvent(event)
+        self.fit_height()
+
+    def fit_height(self) -> None:
+        document = self.document()
+        document.setTextWidth(self.viewport().width())
+        height = math.ceil(document.size().height()) + 2 * self.frameWidth()
+        if height != self.height():
+            self.setFixedHeight(height)
 
 
 def _tool_button(text: str, tip: str, parent: QWidget) -> QToolButton:
@@ -72,15 +195,22 @@ class MessageWidget(QFrame):
     message: the stored message shown (a provisional one with id -1 until the store has it).
     revision: how many times the content was rendered; tests use it to check that streaming
         touches only the message being written.
+    open_url: opens a web link once the user agreed (QDesktopServices.openUrl).
     """
 
     edit_requested = Signal(object)
     continue_requested = Signal()
     regenerate_requested = Signal()
 
-    def __init__(self, message: Message, parent: QWidget | None = None) -> None:
+    def __init__(
+        self,
+        message: Message,
+        parent: QWidget | None = None,
+        open_url: LinkOpener = QDesktopServices.openUrl,
+    ) -> None:
         super().__init__(parent)
         self.message = message
+        self.open_url = open_url
         self.revision = 0
         self._text: str | None = None
         self._views: list[ProseView | CodeBlockView] = []
@@ -155,7 +285,11 @@ class MessageWidget(QFrame):
                 self._views[i].set_block(block)
                 continue
             self._drop_views(i)
-            view = CodeBlockView(self) if block.kind == "code" else ProseView(self)
+            if block.kind == "code":
+                view = CodeBlockView(self)
+            else:
+                view = ProseView(self)
+                view.anchorClicked.connect(self._on_link)
             view.set_block(block)
             self._views.append(view)
             self.body.addWidget(view)
@@ -166,6 +300,9 @@ class MessageWidget(QFrame):
             view.hide()  # out of the layout at once; deleted when control returns
             view.deleteLater()
         del self._views[start:]
+
+    def _on_link(self, url: QUrl) -> None:
+        open_link(url, self, self.open_url)
 
     def set_actions(self, enabled: bool) -> None:
         """Continue / Regenerate next to an interrupted reply: only on the last message, and
