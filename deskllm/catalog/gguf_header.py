@@ -74,6 +74,45 @@ _SCALARS: dict[int, tuple[str, int]] = {
     12: ("<d", 8),
 }
 _STRING, _ARRAY = 8, 9
+MAX_LAYERS = 512  # LLAMA_MAX_LAYERS: llama.cpp sizes its per-layer tables by it
+
+# What the readers of a header rely on a key holding. A value of another type (a string
+# alignment, a list context length, a float block count) is a corrupt header: refused here by
+# name, not left to fail as a ValueError or a TypeError, or silently read as something else.
+_WHOLE, _WHOLE_OR_LIST, _WHOLE_OR_FLAGS, _TEXT, _TEXT_LIST = range(5)
+_EXPECTED = {
+    _WHOLE: "a whole number (0 or more)",
+    _WHOLE_OR_LIST: "a whole number (0 or more) or a list of them, one per layer",
+    _WHOLE_OR_FLAGS: "a whole number (0 or more) or a list of per-layer flags",
+    _TEXT: "text",
+    _TEXT_LIST: "a list of texts",
+}
+_GENERAL_KEYS = {
+    "general.architecture": _TEXT,
+    "general.alignment": _WHOLE,
+    "general.file_type": _WHOLE,
+    "split.count": _WHOLE,
+    "tokenizer.chat_template": _TEXT,
+    "tokenizer.ggml.tokens": _TEXT_LIST,
+}
+_ARCH_KEYS = {  # after "<architecture>."
+    "context_length": _WHOLE,
+    "block_count": _WHOLE,
+    "embedding_length": _WHOLE,
+    "vocab_size": _WHOLE,
+    "feed_forward_length": _WHOLE_OR_LIST,
+    "expert_feed_forward_length": _WHOLE,
+    "expert_count": _WHOLE,
+    "expert_used_count": _WHOLE_OR_LIST,
+    "attention.head_count": _WHOLE_OR_LIST,
+    "attention.head_count_kv": _WHOLE_OR_LIST,
+    "attention.key_length": _WHOLE,
+    "attention.value_length": _WHOLE,
+    "attention.key_length_swa": _WHOLE,
+    "attention.value_length_swa": _WHOLE,
+    "attention.sliding_window": _WHOLE,
+    "attention.sliding_window_pattern": _WHOLE_OR_FLAGS,
+}
 
 
 class GgufError(ValueError):
@@ -228,6 +267,65 @@ class _Reader:
         raise GgufError(f"metadata key {key!r} has an unknown value type {vtype}")
 
 
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _fits(value: Any, kind: int) -> bool:
+    if kind == _TEXT:
+        return isinstance(value, str)
+    if kind == _TEXT_LIST:
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    if _whole(value) or kind == _WHOLE or not isinstance(value, list):
+        return _whole(value)
+    if kind == _WHOLE_OR_FLAGS:
+        return all(_whole(v) or isinstance(v, bool) for v in value)
+    return all(_whole(v) for v in value)
+
+
+def _describe(value: Any, length: int | None) -> str:
+    if value is None and length is not None:
+        return f"a list of {length} items"
+    if isinstance(value, bool):
+        return f"the flag {value}"
+    if isinstance(value, int):
+        return f"the {'negative ' if value < 0 else ''}number {value}"
+    if isinstance(value, float):
+        return f"the decimal number {value}"
+    if isinstance(value, str):
+        return f"the text {value[:40]!r}"
+    if isinstance(value, list):
+        kinds = sorted({type(v).__name__ for v in value})
+        return f"a list of {len(value)} items ({', '.join(kinds) or 'empty'})"
+    return f"a {type(value).__name__}"
+
+
+def validate_metadata(metadata: dict[str, Any], array_lengths: dict[str, int]) -> None:
+    """Raise GgufError naming the first key whose value is not of the type its readers need,
+    or a layer count llama.cpp cannot hold."""
+    arch = metadata.get("general.architecture", "unknown")
+    keys = dict(_GENERAL_KEYS)
+    if isinstance(arch, str):
+        keys |= {f"{arch}.{suffix}": kind for suffix, kind in _ARCH_KEYS.items()}
+    for key, kind in keys.items():
+        if key not in metadata:
+            continue
+        value, length = metadata[key], array_lengths.get(key)
+        if value is None and length is not None and kind != _WHOLE and kind != _TEXT:
+            continue  # a long array, kept as its length only: a list where lists are allowed
+        if not _fits(value, kind):
+            raise GgufError(
+                f"metadata key {key!r} should be {_EXPECTED[kind]}, not "
+                f"{_describe(value, length)}: the file is corrupt or was written wrongly"
+            )
+    blocks = metadata.get(f"{arch}.block_count", 0)
+    if blocks > MAX_LAYERS:
+        raise GgufError(
+            f"metadata key '{arch}.block_count' claims {blocks} layers; llama.cpp holds at "
+            f"most {MAX_LAYERS}: the file is corrupt"
+        )
+
+
 def parse_header(buf: bytes | memoryview, file_size: int) -> GgufHeader:
     """Parse a GGUF header from the first bytes of a file of `file_size` bytes.
 
@@ -249,6 +347,7 @@ def parse_header(buf: bytes | memoryview, file_size: int) -> GgufHeader:
     for _ in range(n_kv):
         key = r.string()
         metadata[key] = r.value(r.u32(), key, lengths)
+    validate_metadata(metadata, lengths)
     tensors = []
     for _ in range(n_tensors):
         name = r.string()
@@ -261,9 +360,9 @@ def parse_header(buf: bytes | memoryview, file_size: int) -> GgufHeader:
             raise GgufError(f"tensor {name!r} has an unknown data type {type_id}")
         offset = r.u64()
         tensors.append(TensorInfo(name, shape, type_id, offset))
-    alignment = int(metadata.get("general.alignment", DEFAULT_ALIGNMENT) or DEFAULT_ALIGNMENT)
+    alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
     if alignment <= 0 or alignment & (alignment - 1):
-        raise GgufError(f"general.alignment {alignment} is not a power of two")
+        raise GgufError(f"metadata key 'general.alignment' is {alignment}, not a power of two")
     data_offset = -(-r.pos // alignment) * alignment
     data_size = file_size - data_offset
     for t in tensors:

@@ -23,6 +23,7 @@ from deskllm.catalog.gguf_header import (
     NeedMoreData,
     TensorInfo,
     parse_header,
+    validate_metadata,
 )
 from deskllm.catalog.hub import (
     REQUEST_TIMEOUT,
@@ -116,7 +117,10 @@ def remote_header(
             None,
         )
     if sha256 and (entry := catalog.cache.get("header", sha256)) is not None:
-        return header_from_json(entry.payload, path)
+        try:
+            return header_from_json(entry.payload, path)
+        except (GgufError, KeyError, TypeError, ValueError):
+            pass  # a damaged or outdated cache entry: read the header from the Hub again
     endpoint = catalog.endpoint
     reason = "offline mode (HF_HUB_OFFLINE is set)" if hub_offline() else None
     if reason is None:
@@ -193,6 +197,10 @@ def header_from_json(data: dict[str, Any], path: str | None = None) -> RemoteHea
         data["version"], data["metadata"], tensors, data["data_offset"], data["array_lengths"]
     )
     path = path or data["path"]
+    try:  # a cache file from an older version, or a damaged one
+        validate_metadata(g.metadata, g.array_lengths)
+    except GgufError as exc:
+        raise GgufError(f"{path}: {exc}") from None
     check = check_file_type(parse_gguf_name(path).quant, g.metadata.get("general.file_type"))
     return RemoteHeader(
         data["repo_id"], path, data["revision"], data["sha256"], data["file_size"], 0, g, check

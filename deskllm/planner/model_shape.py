@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from deskllm.catalog.gguf_header import GgufHeader, TensorInfo
+from deskllm.catalog.gguf_header import GgufHeader, TensorInfo, validate_metadata
 
 # Architecture -> (period, dense_first, default window): every `period`-th layer is global
 # (the last of each period, or the first with dense_first). Default window where llama.cpp
@@ -141,7 +141,11 @@ def _n_vocab(header: GgufHeader, tensors: dict[str, TensorInfo]) -> int:
 
 
 def model_shape(header: GgufHeader) -> ModelShape:
-    """The shape of the model a header describes (local file or remote header alike)."""
+    """The shape of the model a header describes (local file or remote header alike).
+
+    Raises GgufError for metadata of the wrong type: parsed headers were checked already, but
+    one can also come from a cache file or be put together from the parts of a split model."""
+    validate_metadata(header.metadata, header.array_lengths)
     n = int(header.arch_value("block_count", 0) or 0)
     n_embd = int(header.arch_value("embedding_length", 0) or 0)
     heads = _per_layer(header.arch_value("attention.head_count"), n, 0)

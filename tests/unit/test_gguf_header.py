@@ -12,6 +12,7 @@ from deskllm.catalog.gguf_header import (
     parse_header,
     read_header,
 )
+from deskllm.planner.model_shape import model_shape
 
 
 def write_tiny(path: Path, n_tensors: int = 2) -> Path:
@@ -132,3 +133,95 @@ def test_a_prefix_asks_for_more_bytes(tmp_path):
 def test_read_grows_the_read_until_it_parses(tmp_path):
     path = write_tiny(tmp_path / "tiny.gguf")
     assert read_header(path, first_read=64).architecture == "llama"
+
+
+# A tiny valid llama model's metadata, as (GGUFWriter method, value) per key.
+BASE_KEYS = {
+    "llama.block_count": ("add_uint32", 1),
+    "llama.context_length": ("add_uint32", 128),
+    "llama.embedding_length": ("add_uint32", 32),
+    "llama.attention.head_count": ("add_uint32", 4),
+    "llama.attention.head_count_kv": ("add_uint32", 2),
+    "tokenizer.ggml.tokens": ("add_array", ["a", "b", "c"]),
+    "tokenizer.chat_template": ("add_string", "{{ messages[0]['content'] }}"),
+}
+
+
+def write_with(path: Path, key: str, method: str, value) -> Path:
+    """The tiny model, with `key` written by GGUFWriter.`method` as `value`."""
+    writer = gguf.GGUFWriter(str(path), "llama")
+    for name, (add, default) in (BASE_KEYS | {key: (method, value)}).items():
+        getattr(writer, add)(name, default)
+    writer.add_tensor("blk.0.w", np.ones((8, 32), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+WRONG_TYPES = [
+    ("general.alignment", "add_string", "abc"),
+    ("general.alignment", "add_bool", True),
+    ("general.alignment", "add_float32", 32.0),
+    ("general.alignment", "add_uint32", 0),
+    ("general.alignment", "add_array", [32]),
+    ("general.file_type", "add_string", "Q4_1"),
+    ("split.count", "add_string", "two"),
+    ("llama.context_length", "add_array", [1, 2]),
+    ("llama.context_length", "add_array", list(range(5000))),  # kept only as a length
+    ("llama.context_length", "add_string", "4k"),
+    ("llama.context_length", "add_int32", -1),
+    ("llama.block_count", "add_float32", 12.5),
+    ("llama.block_count", "add_bool", True),
+    ("llama.block_count", "add_int64", -3),
+    ("llama.block_count", "add_uint64", 2**40),
+    ("llama.embedding_length", "add_string", "wide"),
+    ("llama.attention.head_count", "add_array", ["a", "b"]),
+    ("llama.attention.head_count_kv", "add_float32", 2.0),
+    ("llama.attention.key_length", "add_int32", -64),
+    ("llama.attention.sliding_window_pattern", "add_string", "every 6th"),
+    ("llama.feed_forward_length", "add_array", [1.5, 2.5]),
+    ("llama.expert_used_count", "add_string", "2"),
+    ("tokenizer.ggml.tokens", "add_string", "abc"),
+    ("tokenizer.chat_template", "add_array", [1, 2]),
+]
+
+
+@pytest.mark.parametrize(("key", "method", "value"), WRONG_TYPES)
+def test_a_metadata_value_of_the_wrong_type_is_a_gguf_error_naming_key_and_file(
+    tmp_path, key, method, value
+):
+    path = write_with(tmp_path / "odd-model.gguf", key, method, value)
+    with pytest.raises(GgufError) as raised:
+        header = read_header(path)
+        # Had the header been accepted, what its readers do with it must not fail otherwise.
+        model_shape(header)
+        assert header.context_length
+    assert "odd-model.gguf" in str(raised.value) and repr(key) in str(raised.value)
+
+
+def test_metadata_of_the_right_types_still_reads(tmp_path):
+    header = read_header(write_with(tmp_path / "ok.gguf", "general.alignment", "add_uint32", 64))
+    assert header.data_offset % 64 == 0 and header.context_length == 128
+    per_layer = write_with(
+        tmp_path / "ok2.gguf", "llama.attention.head_count_kv", "add_array", [2]
+    )
+    assert model_shape(read_header(per_layer)).head_count_kv == (2,)
+
+
+def test_a_cached_remote_header_with_a_wrong_type_is_a_gguf_error_naming_key_and_file(tmp_path):
+    from deskllm.catalog.remote_header import header_from_json, header_to_json
+
+    path = write_with(tmp_path / "m-Q4_1.gguf", "llama.context_length", "add_uint32", 64)
+    cached = header_to_json(_remote(read_header(path)))
+    assert header_from_json(cached).header.context_length == 64
+    cached["metadata"]["llama.context_length"] = "64k"  # an old or damaged cache file
+    with pytest.raises(GgufError, match="m-Q4_1.gguf.*'llama.context_length'"):
+        header_from_json(cached)
+
+
+def _remote(header):
+    from deskllm.catalog.remote_header import RemoteHeader
+
+    return RemoteHeader("org/repo", "m-Q4_1.gguf", "main", None, 1 << 20, 0, header, None)

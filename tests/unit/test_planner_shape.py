@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from planner_models import write_tiny_gguf
 
-from deskllm.catalog.gguf_header import read_header
+from deskllm.catalog.gguf_header import GgufError, GgufHeader, read_header
 from deskllm.planner.model_shape import model_shape
 
 
@@ -94,3 +96,21 @@ def test_moe_expert_tensors_are_counted_apart(tmp_path):
     assert all(e == 3 * 64 * 32 * 8 * 4 for e in s.layer_expert_bytes)
     assert all(b > e for b, e in zip(s.layer_bytes, s.layer_expert_bytes, strict=True))
     assert s.feed_forward_length == 32 * 2  # two experts' activations side by side
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("llama.block_count", "twelve"),
+        ("llama.block_count", 10**12),
+        ("llama.attention.head_count", [4, "x"]),
+        ("llama.attention.sliding_window_pattern", "6"),
+        ("llama.feed_forward_length", {"a": 1}),
+        ("split.count", "2"),
+    ],
+)
+def test_a_header_built_by_hand_with_a_wrong_type_is_a_gguf_error(key, value):
+    # Headers also come from the catalog's JSON cache and from combined split parts.
+    metadata = {"general.architecture": "llama", "llama.block_count": 2, key: value}
+    with pytest.raises(GgufError, match=re.escape(repr(key))):
+        model_shape(GgufHeader(3, metadata, (), 0))
