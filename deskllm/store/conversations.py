@@ -127,13 +127,17 @@ class ConversationStore:
         return [_conversation(r) for r in rows]
 
     def update(self, conversation_id: str, **changes: Any) -> Conversation:
-        """Change title, system_prompt, model or sampling."""
+        """Change title, system_prompt, model or sampling. A new title alone is housekeeping,
+        not activity: the conversation keeps its place in the list (`updated_at`)."""
         allowed = {"title", "system_prompt", "model", "sampling"}
         if unknown := set(changes) - allowed:
             raise ValueError(f"cannot update {sorted(unknown)}")
+        if not changes:
+            return self.get(conversation_id)
         if "sampling" in changes:
             changes["sampling"] = json.dumps(changes["sampling"])
-        changes["updated_at"] = time.time()
+        if set(changes) != {"title"}:
+            changes["updated_at"] = time.time()
         self.db["conversations"].update(conversation_id, changes)
         return self.get(conversation_id)
 

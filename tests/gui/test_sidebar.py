@@ -27,6 +27,25 @@ def test_rename_in_place(qtbot, window):
     assert window.chat.title.full_text() == "Trip planning"
 
 
+def test_renaming_keeps_the_chat_in_its_place(qtbot, window):
+    older = window.chat.conversation_id
+    window.sidebar.new_button.click()
+    newer = window.chat.conversation_id
+    assert window.sidebar.ids() == [newer, older]
+    window.sidebar.list.setCurrentRow(1)
+    assert window.chat.conversation_id == older
+    window.sidebar.rename_button.click()
+    editor = window.sidebar.list.findChild(QLineEdit)
+    editor.selectAll()
+    qtbot.keyClicks(editor, "Older, renamed")
+    qtbot.keyClick(editor, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: window.store.get(older).title == "Older, renamed")
+    qtbot.wait(50)  # the list is rebuilt once control returns
+    assert window.sidebar.ids() == [newer, older]
+    assert window.sidebar.list.item(1).text() == "Older, renamed"
+    assert window.sidebar.current_id() == older == window.chat.conversation_id
+
+
 def test_an_empty_name_keeps_the_old_one(qtbot, window):
     item = window.sidebar.list.currentItem()
     item.setText("   ")

@@ -84,10 +84,20 @@ def test_list_orders_by_last_activity(store):
     store.add_message(a.id, "user", "hello again")  # a message makes it the most recent
     assert [x.title for x in store.list()] == ["a", "c", "b"]
     time.sleep(TICK)
-    store.update(b.id, title="b2")  # and so does an update
-    assert [x.title for x in store.list()] == ["b2", "a", "c"]
+    store.update(b.id, system_prompt="Be brief.")  # and so does a change of settings
+    assert [x.title for x in store.list()] == ["b", "a", "c"]
     assert [x.id for x in store.list(limit=2)] == [b.id, a.id]
     assert store.get(c.id).updated_at < store.get(a.id).updated_at
+
+
+def test_a_rename_keeps_the_conversations_place(store):
+    a = store.create(title="a")
+    time.sleep(TICK)
+    b = store.create(title="b")
+    time.sleep(TICK)
+    renamed = store.update(a.id, title="a renamed")  # housekeeping, not activity
+    assert renamed.title == "a renamed" and renamed.updated_at == a.updated_at
+    assert [x.id for x in store.list()] == [b.id, a.id]
 
 
 def test_update_fields(store):
