@@ -3,6 +3,11 @@
 An LRU in RAM (budget in bytes) spills to disk (budget in bytes); states on disk survive a
 restart. Every state carries a guard (model file identity, n_ctx, KV types, template, engine
 build) and a state whose guard differs from the current one is never returned.
+
+A state file is `<key>.<guard>.kv`, private (0600) and written whole under a temporary name
+first. It says itself what it is for: a versioned header holds the guard, the key, the sizes
+and a BLAKE2b digest of all of it, so a renamed, truncated or altered file is dropped (with a
+log line naming it) instead of being handed to llama.cpp.
 """
 
 from __future__ import annotations
@@ -17,9 +22,20 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
+from deskllm.paths import open_private, private_dir
+
 log = logging.getLogger("deskllm.engine")
 
-_FILE_MAGIC = b"DKVS2\n"  # then <QQ: token count, data length; tokens; data
+_MAGIC = b"DKVS"
+_VERSION = 3
+# magic, version, guard length, key length, token count, data length, digest; then the guard,
+# the key (UTF-8), the tokens (int32 LE) and llama.cpp's state data.
+_HEADER = struct.Struct("<4sHHHQQ32s")
+_NO_DIGEST = bytes(32)
+
+
+class KvStateFileError(ValueError):
+    """A state file that cannot be used (damaged, altered, too large, or for another key)."""
 
 
 @dataclass(frozen=True)
@@ -46,17 +62,118 @@ def model_identity(path: str) -> dict[str, object]:
     return {"path": os.path.realpath(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
+def _safe_name(key: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "_", key)
+
+
+def _digest(header: bytes, *parts: bytes) -> bytes:
+    h = hashlib.blake2b(header, digest_size=32)
+    for part in parts:
+        h.update(part)
+    return h.digest()
+
+
+def encode_state(key: str, guard: str, state: KvState) -> list[bytes]:
+    """The bytes of a state file, in parts (the state data is not copied)."""
+    guard_b, key_b = guard.encode(), key.encode()
+    tokens = struct.pack(f"<{len(state.tokens)}i", *state.tokens)
+    fields = (_MAGIC, _VERSION, len(guard_b), len(key_b), len(state.tokens), len(state.data))
+    digest = _digest(_HEADER.pack(*fields, _NO_DIGEST), guard_b, key_b, tokens, state.data)
+    return [_HEADER.pack(*fields, digest), guard_b, key_b, tokens, state.data]
+
+
+def read_state_file(
+    path: Path, key: str, guard: str, max_bytes: int, max_tokens: int | None = None
+) -> KvState:
+    """The state saved in `path` for `key` under `guard`. Reads at most `max_bytes` (a larger
+    file is refused before it is read). Raises KvStateFileError or OSError."""
+    with path.open("rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size > max_bytes:
+            raise KvStateFileError(f"{size} bytes, more than the {max_bytes}-byte budget")
+        head = fh.read(_HEADER.size)
+        if len(head) < _HEADER.size:
+            raise KvStateFileError("truncated header")
+        magic, version, n_guard, n_key, n_tokens, n_data, digest = _HEADER.unpack(head)
+        if magic != _MAGIC:
+            raise KvStateFileError("not a KV state file")
+        if version != _VERSION:
+            raise KvStateFileError(f"format version {version}, this app reads {_VERSION}")
+        if size != _HEADER.size + n_guard + n_key + 4 * n_tokens + n_data:
+            raise KvStateFileError("truncated or padded file")
+        if max_tokens is not None and n_tokens > max_tokens:
+            raise KvStateFileError(f"{n_tokens} tokens, more than the context's {max_tokens}")
+        body = fh.read(size - _HEADER.size)
+    if len(body) != size - _HEADER.size:
+        raise KvStateFileError("the file changed while it was read")
+    fields = _HEADER.pack(magic, version, n_guard, n_key, n_tokens, n_data, _NO_DIGEST)
+    if _digest(fields, body) != digest:
+        raise KvStateFileError("checksum mismatch: the file was damaged or altered")
+    view = memoryview(body)
+    offset = n_guard + n_key
+    if bytes(view[:n_guard]) != guard.encode():
+        raise KvStateFileError("made for another model, context or engine (guard differs)")
+    if bytes(view[n_guard:offset]) != key.encode():
+        raise KvStateFileError("the state of another conversation")
+    tokens = struct.unpack_from(f"<{n_tokens}i", view, offset)
+    return KvState(tuple(tokens), bytes(view[offset + 4 * n_tokens :]))
+
+
+def _write_private(path: Path, parts: list[bytes]) -> None:
+    """Write `parts` to `path` atomically: a crash mid-write never leaves a half state under
+    the real name, and the file is readable by its owner only."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open_private(tmp, "wb") as fh:
+            for part in parts:
+                fh.write(part)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp, path)
+
+
+def delete_conversation_states(kv_dir: Path | str, conversation_id: str) -> int:
+    """Remove every saved state of a conversation from `kv_dir`, whatever model or settings
+    it was saved under (also when no engine runs). Returns how many files were removed."""
+    kv_dir = Path(kv_dir)
+    prefix = _safe_name(conversation_id) + "."
+    removed = 0
+    try:
+        names = [entry.name for entry in os.scandir(kv_dir)]
+    except FileNotFoundError:
+        return 0
+    for name in names:
+        if not name.startswith(prefix):
+            continue
+        guard = name[len(prefix) :].removesuffix(".tmp").removesuffix(".kv")
+        if "." in guard or not name.endswith((".kv", ".kv.tmp")):
+            continue  # another conversation's file ("<id>.<more>..."): not ours
+        try:
+            (kv_dir / name).unlink()
+            removed += 1
+        except FileNotFoundError:
+            pass
+    return removed
+
+
 class KvStateCache:
     def __init__(
-        self, guard: str, ram_budget_bytes: int, disk_dir: Path | None, disk_budget_bytes: int
+        self,
+        guard: str,
+        ram_budget_bytes: int,
+        disk_dir: Path | None,
+        disk_budget_bytes: int,
+        max_tokens: int | None = None,
     ):
         self.guard = guard
         self.ram_budget = ram_budget_bytes
         self.disk_budget = disk_budget_bytes if disk_dir else 0
         self.disk_dir = disk_dir
+        self.max_tokens = max_tokens  # a state file with more tokens is refused unread
         self._ram: OrderedDict[str, KvState] = OrderedDict()
         if self.disk_dir:
-            self.disk_dir.mkdir(parents=True, exist_ok=True)
+            private_dir(self.disk_dir)
 
     # Public -----------------------------------------------------------------------------------
     def put(self, key: str, state: KvState) -> None:
@@ -99,20 +216,13 @@ class KvStateCache:
     def _path(self, key: str) -> Path | None:
         if not self.disk_dir:
             return None
-        safe = re.sub(r"[^A-Za-z0-9_-]", "_", key)
-        return self.disk_dir / f"{safe}.{self.guard}.kv"
+        return self.disk_dir / f"{_safe_name(key)}.{self.guard}.kv"
 
     def _spill(self, key: str, state: KvState) -> None:
         path = self._path(key)
         if not path or state.size_bytes > self.disk_budget:
             return
-        tmp = path.with_suffix(".tmp")
-        with tmp.open("wb") as fh:
-            fh.write(_FILE_MAGIC)
-            fh.write(struct.pack("<QQ", len(state.tokens), len(state.data)))
-            fh.write(struct.pack(f"<{len(state.tokens)}i", *state.tokens))
-            fh.write(state.data)
-        os.replace(tmp, path)  # a crash mid-write never leaves a half state under the real name
+        _write_private(path, encode_state(key, self.guard, state))
         self._enforce_disk_budget(keep=path)
 
     def _read_disk(self, key: str) -> KvState | None:
@@ -120,22 +230,23 @@ class KvStateCache:
         if not path or not path.is_file():
             return None
         try:
-            raw = path.read_bytes()
-            if not raw.startswith(_FILE_MAGIC):
-                raise ValueError("bad magic")
-            offset = len(_FILE_MAGIC)
-            n, n_data = struct.unpack_from("<QQ", raw, offset)
-            offset += 16
-            if len(raw) != offset + 4 * n + n_data:
-                raise ValueError("truncated or padded file")
-            tokens = struct.unpack_from(f"<{n}i", raw, offset)
-            offset += 4 * n
+            # A file a little over the budget is allowed: its header is not counted in it.
+            limit = self.disk_budget + _HEADER.size + 4096
+            state = read_state_file(path, key, self.guard, limit, self.max_tokens)
             os.utime(path)  # LRU on disk by mtime
-            return KvState(tuple(tokens), raw[offset:])
-        except (OSError, ValueError, struct.error) as exc:
-            log.warning("dropping unreadable KV state %s: %s", path.name, exc)
-            path.unlink(missing_ok=True)
+            return state
+        except (OSError, KvStateFileError, struct.error) as exc:
+            self.drop(key, str(exc))
             return None
+
+    def drop(self, key: str, why: str) -> None:
+        """Remove a state of `key` that cannot be used (RAM and disk), logging the file and why."""
+        self._ram.pop(key, None)
+        path = self._path(key)
+        where = str(path) if path and path.exists() else "held in memory"
+        log.warning("dropping the KV state of %s (%s): %s", key, where, why)
+        if path:
+            path.unlink(missing_ok=True)
 
     def _enforce_disk_budget(self, keep: Path) -> None:
         """Evict least recently used files; the one just written (`keep`) goes last, even when

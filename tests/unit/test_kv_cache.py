@@ -1,9 +1,20 @@
 """KvStateCache: an LRU in RAM that spills to disk, with a guard on every saved state."""
 
 import os
+import stat
+import struct
+import sys
 from pathlib import Path
 
-from deskllm.engine.kv_cache import KvState, KvStateCache, make_guard, model_identity
+import pytest
+
+from deskllm.engine.kv_cache import (
+    KvState,
+    KvStateCache,
+    delete_conversation_states,
+    make_guard,
+    model_identity,
+)
 
 GUARD = make_guard(model={"path": "/m.gguf", "size": 1}, n_ctx=4096, kv_type="f16")
 
@@ -157,7 +168,7 @@ def test_discard_removes_from_ram_and_disk(tmp_path):
 
 
 def test_disk_budget_evicts_the_oldest(tmp_path):
-    file_size = SIZE + 64  # a state's file: its bytes plus a small header
+    file_size = SIZE + 128  # a state's file: its bytes plus a small header
     cache = KvStateCache(GUARD, 0, tmp_path, disk_budget_bytes=3 * file_size)
     for i, key in enumerate(["a", "b", "c"]):
         cache.put(key, state(i))
@@ -172,7 +183,7 @@ def test_disk_budget_evicts_the_oldest(tmp_path):
 
 
 def test_reading_from_disk_makes_a_state_recent(tmp_path):
-    file_size = SIZE + 64
+    file_size = SIZE + 128
     cache = KvStateCache(GUARD, 0, tmp_path, disk_budget_bytes=2 * file_size)
     cache.put("a", state(1))
     cache.put("b", state(2))
@@ -184,7 +195,7 @@ def test_reading_from_disk_makes_a_state_recent(tmp_path):
 
 
 def test_the_state_just_written_is_evicted_last_even_with_equal_timestamps(tmp_path):
-    file_size = SIZE + 64
+    file_size = SIZE + 128
     cache = KvStateCache(GUARD, 0, tmp_path, disk_budget_bytes=2 * file_size)
     cache.put("a", state(1))
     cache.put("b", state(2))
@@ -197,7 +208,7 @@ def test_the_state_just_written_is_evicted_last_even_with_equal_timestamps(tmp_p
 
 
 def test_disk_budget_counts_states_of_other_guards(tmp_path):
-    file_size = SIZE + 64
+    file_size = SIZE + 128
     old = KvStateCache("oldguard", 0, tmp_path, 2 * file_size)
     old.put("x", state(1))
     old.put("y", state(2))
@@ -284,3 +295,99 @@ def test_keys_with_path_characters_stay_inside_the_cache_dir(tmp_path):
     cache.put("../../escape", state(1))
     assert cache.get("../../escape") == (state(1), "disk")
     assert [p.parent for p in tmp_path.rglob("*.kv")] == [cache_dir]
+
+
+# What a state file says about itself ----------------------------------------------------------
+def test_the_guard_is_inside_the_file_not_only_in_its_name(tmp_path):
+    cache = KvStateCache(GUARD, 0, tmp_path, 10 * SIZE)
+    cache.put("a", state(1))
+    other_guard = make_guard(model="another model", n_ctx=4096, kv_type="f16")
+    other = KvStateCache(other_guard, 0, tmp_path, 10 * SIZE)
+    cache._path("a").rename(other._path("a"))  # renamed by hand (or by a buggy old version)
+    assert other.get("a") is None
+    assert not other._path("a").exists()
+
+
+def test_a_state_renamed_to_another_conversation_is_refused(tmp_path):
+    cache = KvStateCache(GUARD, 0, tmp_path, 10 * SIZE)
+    cache.put("a", state(1))
+    cache._path("a").rename(cache._path("b"))
+    assert cache.get("b") is None
+
+
+def flip(offset_from_end: int):
+    def damage(raw: bytes) -> bytes:
+        i = len(raw) - offset_from_end
+        return raw[:i] + bytes([raw[i] ^ 0x01]) + raw[i + 1 :]
+
+    return damage
+
+
+def test_a_flipped_bit_in_the_state_data_is_detected(tmp_path, caplog):
+    cache, path = write_then_damage(tmp_path, flip(10))  # inside llama.cpp's data
+    with caplog.at_level("WARNING", logger="deskllm.engine"):
+        assert cache.get("a") is None
+    assert not path.exists()
+    assert str(path) in caplog.text and "checksum" in caplog.text
+
+
+def test_a_flipped_bit_in_the_tokens_is_detected(tmp_path):
+    cache, _ = write_then_damage(tmp_path, flip(500 + 4 * 10))  # 500 data bytes, then tokens
+    assert cache.get("a") is None
+
+
+def test_sizes_shifted_between_tokens_and_data_are_detected(tmp_path):
+    # One token more and four data bytes less keep the file's length: only the digest of the
+    # header tells them apart.
+    good = KvStateCache(GUARD, 0, tmp_path, 10 * SIZE)
+    good.put("a", state(1, n_tokens=50, n_data=500))
+    path = good._path("a")
+    raw = bytearray(path.read_bytes())
+    n_tokens, n_data = struct.unpack_from("<QQ", raw, 10)
+    struct.pack_into("<QQ", raw, 10, n_tokens + 1, n_data - 4)
+    path.write_bytes(bytes(raw))
+    assert KvStateCache(GUARD, 0, tmp_path, 10 * SIZE).get("a") is None
+
+
+def test_a_file_larger_than_the_disk_budget_is_refused_unread(tmp_path):
+    cache = KvStateCache(GUARD, 0, tmp_path, 10 * SIZE)
+    cache.put("a", state(1))
+    path = cache._path("a")
+    with path.open("ab") as fh:
+        fh.truncate(1 << 40)  # a sparse terabyte: reading it whole would exhaust memory
+    assert cache.get("a") is None
+    assert not path.exists()
+
+
+def test_more_tokens_than_the_context_holds_is_refused(tmp_path):
+    KvStateCache(GUARD, 0, tmp_path, 10 * SIZE).put("a", state(1, n_tokens=20))
+    assert KvStateCache(GUARD, 0, tmp_path, 10 * SIZE, max_tokens=19).get("a") is None
+    KvStateCache(GUARD, 0, tmp_path, 10 * SIZE).put("b", state(1, n_tokens=20))
+    assert KvStateCache(GUARD, 0, tmp_path, 10 * SIZE, max_tokens=20).get("b") is not None
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX permissions")
+def test_state_files_are_private(tmp_path):
+    cache = KvStateCache(GUARD, 0, tmp_path / "kv", 10 * SIZE)
+    leftover = cache._path("a").with_name(cache._path("a").name + ".tmp")
+    leftover.write_bytes(b"from a crash")
+    leftover.chmod(0o644)
+    cache.put("a", state(1))
+    assert stat.S_IMODE(cache._path("a").stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "kv").stat().st_mode) == 0o700
+    assert not leftover.exists()
+
+
+def test_delete_conversation_states_removes_every_guard_and_nothing_else(tmp_path):
+    kv = tmp_path / "kv"
+    for guard in (GUARD, "oldguard"):
+        cache = KvStateCache(guard, 0, kv, 10 * SIZE)
+        for key in ("conv-1", "conv-10", "conv-1x"):
+            cache.put(key, state(1))
+    (kv / f"conv-1.{GUARD}.kv.tmp").write_bytes(b"half written")
+    assert delete_conversation_states(kv, "conv-1") == 3
+    left = sorted(p.name.split(".")[0] for p in kv.iterdir())
+    assert left == ["conv-10", "conv-10", "conv-1x", "conv-1x"]
+    assert KvStateCache(GUARD, 0, kv, 10 * SIZE).get("conv-1") is None
+    assert KvStateCache(GUARD, 0, kv, 10 * SIZE).get("conv-10") is not None
+    assert delete_conversation_states(tmp_path / "no-such-dir", "conv-1") == 0
