@@ -94,6 +94,13 @@ class Shutdown:
     pass
 
 
+@dataclass(frozen=True)
+class Forget:
+    """Drop a conversation's KV state from RAM and disk (the conversation was deleted)."""
+
+    conversation_id: str
+
+
 # Events --------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class LoadProgress:

@@ -200,15 +200,35 @@ class LlamaRuntime:
         written = L.llama_state_seq_get_data(self.ctx, buf, size, 0)
         return KvState(tuple(self.tokens), bytes(memoryview(buf)[:written]))
 
-    def restore_state(self, state: KvState) -> bool:
-        L.llama_memory_clear(self.memory, True)
-        self.tokens = []
+    def state_problem(self, state: KvState) -> str | None:
+        """Why `state` cannot be this context's (None: it can). Tokens come from a file: an id
+        past the vocabulary would index past llama.cpp's tables on the next decode."""
+        if len(state.tokens) > self.n_ctx:
+            return f"{len(state.tokens)} tokens, more than the {self.n_ctx}-token context"
+        bad = next((t for t in state.tokens if not 0 <= t < self.n_vocab), None)
+        if bad is not None:
+            return f"token id {bad} is outside the model's vocabulary of {self.n_vocab}"
+        return None
+
+    def restore_state(self, state: KvState) -> str | None:
+        """Put `state` in sequence 0. Returns None, or why it was refused (then the context is
+        empty)."""
+        problem = self.state_problem(state)
+        self.clear()
+        if problem:
+            return problem
         data = (ctypes.c_uint8 * len(state.data)).from_buffer_copy(state.data)
         if L.llama_state_seq_set_data(self.ctx, data, len(state.data), 0) == 0:
             L.llama_memory_clear(self.memory, True)
-            return False
+            return "llama.cpp refused the state data"
+        # The data holds its own cell count: it must be the token list's, or the next prompt
+        # would be matched against positions the cache does not have.
+        n_cells = L.llama_memory_seq_pos_max(self.memory, 0) + 1
+        if n_cells != len(state.tokens):
+            L.llama_memory_clear(self.memory, True)
+            return f"the state holds {n_cells} positions for {len(state.tokens)} tokens"
         self.tokens = list(state.tokens)
-        return True
+        return None
 
     def clear(self) -> None:
         L.llama_memory_clear(self.memory, True)

@@ -20,13 +20,19 @@ import psutil
 from deskllm.catalog.gguf_header import GgufError, read_header
 from deskllm.engine import build
 from deskllm.engine.chat_template import ChatTemplate, TemplateRefused
-from deskllm.engine.kv_cache import KvStateCache, make_guard, model_identity
+from deskllm.engine.kv_cache import (
+    KvStateCache,
+    delete_conversation_states,
+    make_guard,
+    model_identity,
+)
 from deskllm.engine.protocol import (
     Cancel,
     Chat,
     ChatMessage,
     Done,
     Error,
+    Forget,
     Load,
     Loaded,
     LoadProgress,
@@ -63,6 +69,7 @@ class Worker:
         self.template: ChatTemplate | None = None
         self.cache: KvStateCache | None = None
         self.current_conversation: str | None = None
+        self.kv_disk_dir: Path | None = None  # kept after an unload: Forget still cleans it
         self.busy = False
         self.device = "CPU"
         self.vram: NvmlProcessMemory | None = None
@@ -114,6 +121,8 @@ class Worker:
                 elif isinstance(request, Unload):
                     self.unload()
                     self.send(self.status())
+                elif isinstance(request, Forget):
+                    self.forget(request.conversation_id)  # no answer: the client does not wait
             except Exception as exc:  # report, never die silently: the client waits for an event
                 kind = getattr(exc, "kind", None)
                 if kind is None:  # not one of ours: a bug worth its traceback
@@ -158,8 +167,13 @@ class Worker:
         )
         disk_dir = Path(params.kv_disk_dir) if params.kv_disk_dir else None
         self.cache = KvStateCache(
-            guard, params.kv_ram_budget_mb << 20, disk_dir, params.kv_disk_budget_mb << 20
+            guard,
+            params.kv_ram_budget_mb << 20,
+            disk_dir,
+            params.kv_disk_budget_mb << 20,
+            max_tokens=runtime.n_ctx,
         )
+        self.kv_disk_dir = disk_dir
         self.current_conversation = None
         self.device = _device_name(runtime.buffers)
         self.vram = NvmlProcessMemory() if params.n_gpu_layers != 0 else None
@@ -205,11 +219,22 @@ class Worker:
         if found is None:
             return None
         state, where = found
-        if runtime.restore_state(state):
+        problem = runtime.restore_state(state)
+        if problem is None:
             return where
-        log.warning("KV state of %s did not restore; evaluating again", conversation_id)
-        cache.discard(conversation_id)
+        # Names the file (if any) and why; the prompt is then evaluated from scratch.
+        cache.drop(conversation_id, f"not restored: {problem}")
         return None
+
+    def forget(self, conversation_id: str) -> None:
+        """Drop a deleted conversation's KV state: RAM, the context itself, every disk file."""
+        if self.cache is not None:
+            self.cache.discard(conversation_id)
+        if self.current_conversation == conversation_id:
+            self.runtime.clear()  # else unload would save it again
+            self.current_conversation = None
+        if self.kv_disk_dir:
+            delete_conversation_states(self.kv_disk_dir, conversation_id)
 
     def fit_prompt(self, messages: list[ChatMessage], max_tokens: int):
         """Render and tokenize; drop the oldest turns (never the system prompt or the last
