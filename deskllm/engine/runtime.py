@@ -146,6 +146,7 @@ class LlamaRuntime:
         self.n_ctx = L.llama_n_ctx(self.ctx)
         self.memory = L.llama_get_memory(self.ctx)
         self.tokens: list[int] = []  # what the KV cache of sequence 0 holds
+        self.n_exact = 0  # leading cells that multi-token decodes computed (see eval_prompt)
         self.finish_reason = "stop"
         self._abort_cb = L.ggml_abort_callback(lambda _data: self.cancel_flag.is_set())
         self._piece_buf = ctypes.create_string_buffer(256)
@@ -195,6 +196,12 @@ class LlamaRuntime:
 
     # KV state ---------------------------------------------------------------------------------
     def save_state(self) -> KvState:
+        """The state of sequence 0, first trimmed to the cells computed by multi-token decodes
+        (see eval_prompt), so that a restored conversation goes on exactly as a cold one."""
+        if self.n_exact < len(self.tokens) and L.llama_memory_seq_rm(
+            self.memory, 0, self.n_exact, -1
+        ):
+            del self.tokens[self.n_exact :]
         size = L.llama_state_seq_get_size(self.ctx, 0)
         buf = (ctypes.c_uint8 * size)()
         written = L.llama_state_seq_get_data(self.ctx, buf, size, 0)
@@ -228,11 +235,13 @@ class LlamaRuntime:
             L.llama_memory_clear(self.memory, True)
             return f"the state holds {n_cells} positions for {len(state.tokens)} tokens"
         self.tokens = list(state.tokens)
+        self.n_exact = len(self.tokens)
         return None
 
     def clear(self) -> None:
         L.llama_memory_clear(self.memory, True)
         self.tokens = []
+        self.n_exact = 0
 
     # Evaluation -------------------------------------------------------------------------------
     def _truncate_to(self, n: int) -> None:
@@ -243,15 +252,25 @@ class LlamaRuntime:
             self.clear()
             return
         del self.tokens[n:]
+        self.n_exact = min(self.n_exact, n)
 
     def eval_prompt(self, prompt: list[int]) -> PromptResult:
-        """Evaluate only what follows the longest common prefix with the KV cache."""
+        """Evaluate only what follows the longest common prefix with the KV cache.
+
+        A reply after prefix reuse or a restore must be the reply of a cold evaluation. On the
+        CPU, llama.cpp's one-token decode rounds differently from a multi-token one (past 256
+        positions the logits differ by up to ~0.8), while multi-token decodes agree bit for bit
+        however the prompt is cut. So only cells that multi-token decodes computed are reused
+        (`n_exact`): a reply's tokens, decoded one by one, are read again with the next prompt,
+        and no chunk but the last token is ever a single token."""
         lcp = 0
-        limit = min(len(prompt), len(self.tokens))
+        limit = min(len(prompt), self.n_exact, len(self.tokens))
         while lcp < limit and prompt[lcp] == self.tokens[lcp]:
             lcp += 1
         if lcp == len(prompt):
             lcp -= 1  # the last prompt token must be evaluated again to get its logits
+        if lcp > 0 and len(prompt) - lcp == 2:
+            lcp -= 1  # read two tokens before the last, never one alone
         self._truncate_to(lcp)
         cached = len(self.tokens)
         todo = prompt[cached:]
@@ -262,21 +281,26 @@ class LlamaRuntime:
             # The last token goes alone: its logits then come out of the same one-token
             # decode whether the rest was cached or not, so a seed repeats its reply
             # (regenerate) instead of varying with how the prompt happened to be batched.
-            step = self.params.n_batch
+            step = max(self.params.n_batch, 4)  # a chunk of 1 borrows one from the one before
             head = todo[:-1]
-            chunks = [head[i : i + step] for i in range(0, len(head), step)] + [todo[-1:]]
+            chunks = [head[i : i + step] for i in range(0, len(head), step)]
+            if len(chunks) > 1 and len(chunks[-1]) == 1:
+                chunks[-2:] = [chunks[-2][:-1], chunks[-2][-1:] + chunks[-1]]
+            chunks.append(todo[-1:])
             for chunk in chunks:
                 arr = (L.llama_token * len(chunk))(*chunk)
                 rc = L.llama_decode(self.ctx, L.llama_batch_get_one(arr, len(chunk)))
                 if rc != 0:
                     # Aborted or failed: keep only what was committed before this chunk.
                     L.llama_memory_seq_rm(self.memory, 0, len(self.tokens), -1)
+                    self.n_exact = len(self.tokens)
                     if self.cancel_flag.is_set():
                         raise Cancelled()
                     raise EngineError(f"llama_decode failed ({rc}) while reading the prompt")
                 self.tokens.extend(chunk)
         finally:
             L.llama_set_abort_callback(self.ctx, ggml_abort_none, None)
+        self.n_exact = len(self.tokens) - 1  # all but the last token, read alone
         return PromptResult(cached, len(todo), time.perf_counter() - start)
 
     def make_sampler(self, s: Sampling, history: list[int]) -> ctypes.c_void_p:
