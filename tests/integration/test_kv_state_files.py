@@ -1,4 +1,4 @@
-"""KV-state files written by the real engine: tampering, deleting a conversation.
+"""KV-state files written by the real engine: tampering, deleting a conversation, fuzzing.
 
 One real state file is written per module (a short chat, then close); tests mutate copies.
 """
@@ -6,12 +6,15 @@ One real state file is written per module (a short chat, then close); tests muta
 from __future__ import annotations
 
 import shutil
+import tracemalloc
 import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
 from engine_helpers import collect
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from deskllm.engine.client import EngineClient
 from deskllm.engine.kv_cache import (
@@ -118,3 +121,80 @@ def test_deleting_states_without_an_engine(real_state, tmp_path):
     assert delete_conversation_states(tmp_path / "a", real_state.key) == 2
     assert [p.name.split(".")[0] for p in (tmp_path / "a").iterdir()] == ["other"]
     assert len(list((tmp_path / "b").iterdir())) == 2
+
+
+# Fuzzing ---------------------------------------------------------------------------------------
+HEADER_FIELDS = {"version": (4, 2), "n_guard": (6, 2), "n_key": (8, 2), "n_tokens": (10, 8),
+                 "n_data": (18, 8)}  # fmt: skip
+
+
+@st.composite
+def mutations(draw, size: int):
+    """A list of edits of a file of `size` bytes: flipped bytes, a cut, an appended tail,
+    a header field set to any value, a range copied over another."""
+    kind = draw(st.sampled_from(["flip", "cut", "append", "field", "splice"]))
+    if kind == "flip":
+        spots = st.tuples(st.integers(0, size - 1), st.integers(1, 255))
+        return kind, draw(st.lists(spots, min_size=1, max_size=8))
+    if kind == "cut":
+        return kind, draw(st.integers(0, size - 1))
+    if kind == "append":
+        return kind, draw(st.binary(min_size=1, max_size=4096))
+    if kind == "field":
+        name = draw(st.sampled_from(sorted(HEADER_FIELDS)))
+        width = HEADER_FIELDS[name][1]
+        return kind, (name, draw(st.integers(0, 256 ** width - 1)))
+    start, length = draw(st.integers(0, size - 1)), draw(st.integers(1, 4096))
+    return kind, (start, length, draw(st.integers(0, size - 1)))
+
+
+def mutate(raw: bytes, mutation) -> bytes:
+    kind, arg = mutation
+    data = bytearray(raw)
+    if kind == "flip":
+        for offset, xor in arg:
+            data[offset] ^= xor
+    elif kind == "cut":
+        del data[arg:]
+    elif kind == "append":
+        data += arg
+    elif kind == "field":
+        offset, width = HEADER_FIELDS[arg[0]]
+        data[offset : offset + width] = arg[1].to_bytes(width, "little")
+    else:
+        start, length, to = arg
+        piece = data[start : start + length]
+        data[to : to + len(piece)] = piece
+    return bytes(data)
+
+
+@pytest.fixture(scope="module")
+def original(real_state) -> bytes:
+    return real_state.file.read_bytes()
+
+
+@settings(
+    max_examples=150, deadline=2000, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_a_mutated_state_file_is_never_used(real_state, original, tmp_path, data):
+    mutation = data.draw(mutations(len(original)))
+    damaged = mutate(original, mutation)
+    d = tmp_path / uuid.uuid4().hex
+    d.mkdir()
+    path = d / real_state.file.name
+    path.write_bytes(damaged)
+    cache = KvStateCache(real_state.guard, 0, d, BUDGET, max_tokens=2048)
+    tracemalloc.start()
+    try:
+        got = cache.get(real_state.key)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    if damaged == original:  # a splice or flip can leave the bytes as they were
+        assert got == (real_state.state, "disk")
+        return
+    assert got is None, f"{mutation[0]} mutation was accepted"
+    assert not path.exists()  # dropped, not tried again at the next start
+    # Reading costs about three copies of the file (bytes, state data, tokens), no more.
+    assert peak <= 3 * len(original) + (1 << 20), peak
