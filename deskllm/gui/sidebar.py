@@ -1,8 +1,9 @@
 """The conversation list: newest activity first, search by title and content, new, rename (in
-place: double click, F2 or the Rename button) and delete (after asking).
+place: double click, F2 or the Rename button), delete (after asking), and from the context menu
+export (Markdown or JSON) and import (a JSON export, as a new conversation).
 
 Signals:
-    selected(str): the user picked a conversation (its id).
+    selected(str): the user picked a conversation (its id), or one was imported.
     new_requested(): the user asked for a new conversation (the window creates it: it knows
         which model a new chat should use).
     deleted(str): a conversation was deleted (its id).
@@ -11,10 +12,13 @@ Signals:
 
 from __future__ import annotations
 
+import re
 import time
+from pathlib import Path
 
 from deskllm.gui.qt import (
     QAbstractItemView,
+    QFileDialog,
     QHBoxLayout,
     QLineEdit,
     QListWidget,
@@ -30,13 +34,29 @@ from deskllm.gui.qt import (
 )
 from deskllm.store import ConversationStore
 from deskllm.store.conversations import MAX_SEARCH_CHARS
+from deskllm.store.export import ExportError, export_json, export_markdown, import_json
 
 SEARCH_DELAY_MS = 200  # search once the user pauses typing, not on every key
 _ID = Qt.ItemDataRole.UserRole
+EXPORTS = {
+    "markdown": ("Markdown (*.md)", ".md"),
+    "json": ("deskllm conversation (*.json)", ".json"),
+}
+# Characters no file system takes in a name, and control characters.
+_UNSAFE = re.compile(r'[<>:"/\\|?*\x00-\x1f]+')
+_RESERVED = {"CON", "PRN", "AUX", "NUL"} | {f"{d}{n}" for d in ("COM", "LPT") for n in range(1, 10)}
 
 
 def _when(timestamp: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(timestamp))
+
+
+def file_name(title: str, suffix: str) -> str:
+    """A file name for an export of the conversation called `title`."""
+    stem = _UNSAFE.sub("_", title).strip(" ._")[:80].rstrip(" .") or "conversation"
+    if stem.upper() in _RESERVED:
+        stem = f"{stem} chat"
+    return stem + suffix
 
 
 class ConversationSidebar(QWidget):
@@ -49,6 +69,9 @@ class ConversationSidebar(QWidget):
         super().__init__(parent)
         self.store = store
         self.busy_id: str | None = None  # the conversation being answered: not deletable
+        self.error_box: QMessageBox | None = None  # the last export or import failure shown
+        self.last_folder = Path.home()  # where the file dialogs open
+        self.file_dialog: QFileDialog | None = None  # the last export or import dialog
         self._refreshing = False
         self.new_button = QPushButton("New chat")
         self.new_button.setToolTip("Start a new conversation (Ctrl+N)")
@@ -171,11 +194,87 @@ class ConversationSidebar(QWidget):
 
     def _context_menu(self, pos) -> None:
         item = self.list.itemAt(pos)
-        if item is None:
-            return
-        self.list.setCurrentItem(item)
+        if item is not None:
+            self.list.setCurrentItem(item)
+        self.context_menu(item is not None).popup(self.list.viewport().mapToGlobal(pos))
+
+    def context_menu(self, on_item: bool) -> QMenu:
+        """The list's context menu: the current conversation's actions when `on_item`, and
+        import in any case."""
         menu = QMenu(self)
-        menu.addAction("Rename", self.rename_current)
-        delete = menu.addAction("Delete…", self.delete_current)
-        delete.setEnabled(item.data(_ID) != self.busy_id)
-        menu.popup(self.list.viewport().mapToGlobal(pos))
+        if on_item:
+            menu.addAction("Rename", self.rename_current)
+            menu.addAction("Export as Markdown…", lambda: self.export_current("markdown"))
+            menu.addAction("Export as JSON…", lambda: self.export_current("json"))
+            menu.addSeparator()
+            delete = menu.addAction("Delete…", self.delete_current)
+            delete.setEnabled(self.current_id() != self.busy_id)
+            menu.addSeparator()
+        menu.addAction("Import conversation…", self.import_file)
+        return menu
+
+    # Export and import -----------------------------------------------------------------------
+    def export_current(self, kind: str) -> None:
+        """Ask where to save the current conversation as `kind` (markdown | json), then save."""
+        conversation_id = self.current_id()
+        if conversation_id is None:
+            return
+        pattern, suffix = EXPORTS[kind]
+        dialog = self._file_dialog("Export conversation", pattern, save=True)
+        dialog.setDefaultSuffix(suffix.lstrip("."))
+        dialog.selectFile(file_name(self.store.get(conversation_id).title, suffix))
+        dialog.fileSelected.connect(lambda path: self.export_to(Path(path), kind, conversation_id))
+        dialog.open()
+
+    def export_to(self, path: Path, kind: str, conversation_id: str | None = None) -> bool:
+        """Save a conversation (the current one by default) to `path`; a failure is shown."""
+        conversation_id = conversation_id or self.current_id()
+        if conversation_id is None:
+            return False
+        write = export_markdown if kind == "markdown" else export_json
+        try:
+            write(self.store, conversation_id, path)
+        except ExportError as error:
+            self._show_error("Export failed", str(error))
+            return False
+        self.last_folder = path.parent
+        return True
+
+    def import_file(self) -> None:
+        """Ask for a JSON export and import it."""
+        dialog = self._file_dialog("Import conversation", EXPORTS["json"][0], save=False)
+        dialog.fileSelected.connect(lambda path: self.import_from(Path(path)))
+        dialog.open()
+
+    def _file_dialog(self, title: str, pattern: str, save: bool) -> QFileDialog:
+        # Opened with open(), not exec(): the window goes on (a reply keeps streaming).
+        dialog = QFileDialog(self, title, str(self.last_folder), pattern)
+        dialog.setAcceptMode(
+            QFileDialog.AcceptMode.AcceptSave if save else QFileDialog.AcceptMode.AcceptOpen
+        )
+        dialog.setFileMode(
+            QFileDialog.FileMode.AnyFile if save else QFileDialog.FileMode.ExistingFile
+        )
+        dialog.finished.connect(dialog.deleteLater)
+        self.file_dialog = dialog
+        return dialog
+
+    def import_from(self, path: Path) -> str | None:
+        """Import a JSON export as a new conversation, list and select it; its id, or None
+        when the file was refused (the reason is shown)."""
+        try:
+            conversation = import_json(self.store, path)
+        except ExportError as error:
+            self._show_error("Import failed", str(error))
+            return None
+        self.last_folder = path.parent
+        self.search.clear()  # an active search could hide it
+        self.refresh(select=conversation.id)
+        self.list.scrollToItem(self.list.currentItem())
+        self.selected.emit(conversation.id)
+        return conversation.id
+
+    def _show_error(self, title: str, text: str) -> None:
+        # Not modal-blocking: the message stays up while the user goes on.
+        self.error_box = QMessageBox(QMessageBox.Icon.Warning, title, text, parent=self)
+        self.error_box.open()
