@@ -82,9 +82,10 @@ def measure(
     extra_bufts: bool,
     gpu_layers: int | None = None,
 ) -> dict:
-    from deskllm.catalog.gguf_header import read_header
     from deskllm.engine.client import EngineClient
     from deskllm.engine.protocol import LoadParams
+    from deskllm.gguf.header import read_header
+    from deskllm.loader import ModelLoader
     from deskllm.planner import FitPlanner
     from deskllm.planner.calibration import measured_sizes
 
@@ -99,7 +100,7 @@ def measure(
         use_extra_bufts=extra_bufts,
     )  # fmt: skip
     with EngineClient() as client:  # a fresh engine process per cell: RSS from a clean start
-        loaded = client.load(params, hardware=hardware)
+        loaded = ModelLoader(client, hardware=hardware).load(params)
     measured = measured_sizes(loaded)
     predicted = {kind: est.buffer(kind) for kind in KINDS}
     predicted |= {f"{kind}_gpu": est.buffer(kind, "gpu") for kind in KINDS}
@@ -161,9 +162,9 @@ def main() -> int:
     parser.add_argument("--models", choices=("all", "starter", "gemma"), default="all")
     args = parser.parse_args()
 
+    from deskllm.catalog.starter import starter_model_path
     from deskllm.engine.extra_bufts_probe import extra_bufts_work
     from deskllm.planner.machine import current_hardware
-    from deskllm.starter import starter_model_path
 
     starter = starter_model_path()
     if starter is None:

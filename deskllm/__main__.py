@@ -1,3 +1,3 @@
-from deskllm.cli import main
+from deskllm.entry import main
 
 raise SystemExit(main())

@@ -1,4 +1,10 @@
-"""Typed user settings with defaults, stored as JSON in the per-user home."""
+"""Typed user settings, declared once, stored as JSON in the per-user home.
+
+Each field of `Settings` carries its `SettingSpec` (label, allowed values with their labels,
+range, when a change applies). The settings dialog builds its widgets from the specs and the
+CLI takes its flag choices from them, so a value is never listed in two places. Core code is
+handed a `Settings` (or plain values); only the app's entry points call `load()`.
+"""
 
 from __future__ import annotations
 
@@ -8,88 +14,110 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Any, Literal
 
 from deskllm import paths
 
-if TYPE_CHECKING:
-    from deskllm.engine.protocol import LoadParams
-
 log = logging.getLogger("deskllm.settings")
 
-KvType = Literal["f16", "q8_0", "q4_0"]
-KV_TYPES: tuple[str, ...] = ("f16", "q8_0", "q4_0")
-GPU_OFFLOAD_MODES: tuple[str, ...] = ("auto", "manual", "off")
-SEND_KEYS: tuple[str, ...] = ("enter", "ctrl+enter")
-THEMES: tuple[str, ...] = ("system", "light", "dark")
+Applies = Literal["now", "next_load"]
+
+
+@dataclass(frozen=True)
+class SettingSpec:
+    """How a setting is shown and checked. `choices`: value → label (empty: free value);
+    `minimum` / `maximum` bound numbers; `special`: the label of a value with a special
+    meaning (0 = automatic, -1 = all); `enabled_when`: (field, value) that makes it apply."""
+
+    label: str
+    applies: Applies = "next_load"
+    choices: dict[str, str] = field(default_factory=dict)
+    minimum: int | None = None
+    maximum: int | None = None
+    suffix: str = ""
+    special: tuple[int, str] | None = None
+    enabled_when: tuple[str, str] | None = None
+    kind: Literal["value", "folder"] = "value"
+    help: str = ""
+
+
+def setting(default: Any, spec: SettingSpec) -> Any:
+    return field(default=default, metadata={"spec": spec})
 
 
 @dataclass
 class Settings:
     """User-facing settings. Units are in the names (mb = mebibytes)."""
 
-    models_dir: str = ""  # empty: the default under the per-user home
-    n_threads: int = 0  # 0: physical cores
-    n_ctx: int = 4096  # default context; capped by the model's training context
-    kv_type: str = "f16"
-    flash_attn: bool = False
-    gpu_offload: str = "auto"  # auto | manual (n_gpu_layers) | off
-    n_gpu_layers: int = 0  # layers on the GPU when gpu_offload is "manual"; -1: all layers
-    kv_ram_budget_mb: int = 512
-    kv_disk_budget_mb: int = 2048
-    send_key: str = "enter"  # "enter" or "ctrl+enter"
-    theme: str = "system"  # system | light | dark
-    extra: dict = field(default_factory=dict)
+    models_dir: str = setting(
+        "", SettingSpec("Models folder", "now", kind="folder", help="empty: the default folder")
+    )
+    n_threads: int = setting(
+        0,
+        SettingSpec("CPU threads", minimum=0, maximum=1024,
+                    special=(0, "Automatic (one per physical core)")),
+    )  # fmt: skip
+    n_ctx: int = setting(
+        4096, SettingSpec("Default context length", minimum=256, maximum=1 << 20, suffix=" tokens")
+    )
+    kv_type: str = setting(
+        "f16",
+        SettingSpec("KV cache type", choices={
+            "f16": "f16 (full precision)",
+            "q8_0": "q8_0 (half the memory, needs flash attention)",
+            "q4_0": "q4_0 (a quarter, needs flash attention)",
+        }),
+    )  # fmt: skip
+    flash_attn: bool = setting(False, SettingSpec("Flash attention"))
+    gpu_offload: str = setting(
+        "auto",
+        SettingSpec("GPU offload", choices={
+            "auto": "Automatic", "manual": "Manual: a number of layers", "off": "Off"}),
+    )  # fmt: skip
+    n_gpu_layers: int = setting(
+        0,
+        SettingSpec("GPU layers", minimum=-1, maximum=999, suffix=" layers",
+                    special=(-1, "all layers"), enabled_when=("gpu_offload", "manual")),
+    )  # fmt: skip
+    kv_ram_budget_mb: int = setting(
+        512, SettingSpec("Prompt cache in RAM", minimum=0, maximum=1 << 20, suffix=" MiB")
+    )
+    kv_disk_budget_mb: int = setting(
+        2048, SettingSpec("Prompt cache on disk", minimum=0, maximum=1 << 24, suffix=" MiB")
+    )
+    send_key: str = setting(
+        "enter",
+        SettingSpec("Send key", "now", choices={
+            "enter": "Enter sends, Shift+Enter new line",
+            "ctrl+enter": "Ctrl+Enter sends, Enter new line"}),
+    )  # fmt: skip
+    theme: str = setting(
+        "system",
+        SettingSpec("Theme", "now",
+                    choices={"system": "Follow the system", "light": "Light", "dark": "Dark"}),
+    )  # fmt: skip
+    extra: dict = field(default_factory=dict)  # keys of newer versions, kept when saving
 
     def validate(self) -> list[str]:
         """Return a list of problems in plain words (empty when valid)."""
         problems = []
-        if self.kv_type not in KV_TYPES:
-            problems.append(f"KV cache type must be one of {', '.join(KV_TYPES)}")
-        if self.n_ctx < 256:
-            problems.append("context length must be at least 256 tokens")
-        if self.n_threads < 0:
-            problems.append("CPU threads must be 0 (automatic) or more")
-        if self.kv_ram_budget_mb < 0 or self.kv_disk_budget_mb < 0:
-            problems.append("cache budgets cannot be negative")
+        for name, spec in specs().items():
+            value = getattr(self, name)
+            if spec.choices and value not in spec.choices:
+                problems.append(f"{spec.label} must be one of {', '.join(spec.choices)}")
+            elif isinstance(value, bool) or not isinstance(value, int):
+                continue
+            elif spec.minimum is not None and value < spec.minimum:
+                problems.append(_too_small(name, spec))
+            elif spec.maximum is not None and value > spec.maximum:
+                problems.append(f"{spec.label} can be at most {spec.maximum}{spec.suffix}")
         if self.kv_type != "f16" and not self.flash_attn:
             problems.append("a quantized KV cache needs flash attention turned on")
-        if self.gpu_offload not in GPU_OFFLOAD_MODES:
-            problems.append(f"GPU offload must be one of {', '.join(GPU_OFFLOAD_MODES)}")
-        elif self.gpu_offload == "manual" and self.n_gpu_layers == 0:
+        if self.gpu_offload == "manual" and self.n_gpu_layers == 0:
             problems.append("manual GPU offload needs at least 1 layer (or -1 for all)")
-        if self.n_gpu_layers < -1:
-            problems.append("GPU layers must be -1 (all) or more")
-        if self.send_key not in SEND_KEYS:
-            problems.append(f"send key must be one of {', '.join(SEND_KEYS)}")
-        if self.theme not in THEMES:
-            problems.append(f"theme must be one of {', '.join(THEMES)}")
         if self.models_dir and Path(self.models_dir).expanduser().is_file():
             problems.append(f"the models folder {self.models_dir} is a file, not a folder")
         return problems
-
-    def gpu_layers(self) -> int:
-        """Layers to offload: "manual" takes n_gpu_layers; "off" and "auto" give 0 here, and
-        with "auto" the engine client asks the planner for the most layers that fit this
-        machine's GPU (LoadParams.gpu_auto)."""
-        return self.n_gpu_layers if self.gpu_offload == "manual" else 0
-
-    def load_params(self, model_path: str, **overrides) -> LoadParams:
-        """How to load `model_path` with these settings; `overrides` win (CLI flags)."""
-        from deskllm.engine.protocol import LoadParams
-
-        base = dict(
-            model_path=model_path,
-            n_ctx=self.n_ctx,
-            n_threads=self.n_threads,
-            n_gpu_layers=self.gpu_layers(),
-            gpu_auto=self.gpu_offload == "auto",
-            kv_type=self.kv_type,
-            flash_attn=self.flash_attn,
-            kv_ram_budget_mb=self.kv_ram_budget_mb,
-            kv_disk_budget_mb=self.kv_disk_budget_mb,
-        )
-        return LoadParams(**(base | {k: v for k, v in overrides.items() if v is not None}))
 
     def models_path(self) -> Path:
         return Path(self.models_dir).expanduser() if self.models_dir else paths.models_dir()
@@ -102,8 +130,38 @@ class Settings:
         return psutil.cpu_count(logical=False) or os.cpu_count() or 1
 
 
+def _too_small(name: str, spec: SettingSpec) -> str:
+    if name == "n_ctx":
+        return f"context length must be at least {spec.minimum} tokens"
+    if spec.special and spec.special[0] == spec.minimum:
+        meaning = spec.special[1].split(" (")[0].lower()
+        return f"{spec.label} must be {spec.minimum} ({meaning}) or more"
+    return f"{spec.label} cannot be below {spec.minimum}"
+
+
+def specs() -> dict[str, SettingSpec]:
+    """Every user-visible setting's spec, in declaration order."""
+    fields = dataclasses.fields(Settings)
+    return {f.name: f.metadata["spec"] for f in fields if "spec" in f.metadata}
+
+
+def choices(name: str) -> tuple[str, ...]:
+    """The allowed values of a setting (CLI `choices=`)."""
+    return tuple(specs()[name].choices)
+
+
+def changed_fields(old: Settings, new: Settings) -> dict[str, Applies]:
+    """Names of the settings that differ, with when each change applies."""
+    return {
+        name: spec.applies
+        for name, spec in specs().items()
+        if getattr(old, name) != getattr(new, name)
+    }
+
+
 def load(path: Path | None = None) -> Settings:
-    """Read settings; unknown keys are ignored and a broken file falls back to defaults."""
+    """Read settings; a value of the wrong type, unknown keys and a broken file fall back to
+    the defaults (the file is the user's: it may have been edited by hand)."""
     path = path or paths.settings_path()
     if not path.exists():
         return Settings()
@@ -112,15 +170,28 @@ def load(path: Path | None = None) -> Settings:
     except (OSError, ValueError) as exc:
         log.warning("settings file %s is unreadable (%s); using defaults", path, exc)
         return Settings()
-    known = {f.name for f in dataclasses.fields(Settings)}
+    if not isinstance(raw, dict):
+        log.warning("settings file %s holds no settings object; using defaults", path)
+        return Settings()
     if "gpu_offload" not in raw and raw.get("n_gpu_layers"):
         raw["gpu_offload"] = "manual"  # written before the mode existed: keep its layers
-    return Settings(**{k: v for k, v in raw.items() if k in known})
+    defaults = Settings()
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(Settings):
+        if f.name not in raw:
+            continue
+        value, default = raw[f.name], getattr(defaults, f.name)
+        if type(value) is not type(default):
+            log.warning("settings file %s: %s=%r is not a %s; using %r",
+                        path, f.name, value, type(default).__name__, default)  # fmt: skip
+            continue
+        values[f.name] = value
+    return Settings(**values)
 
 
 def save(settings: Settings, path: Path | None = None) -> None:
     """Write atomically so a crash never leaves half a settings file."""
     path = path or paths.settings_path()
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(dataclasses.asdict(settings), indent=2), encoding="utf-8")
+    paths.write_private_text(tmp, json.dumps(dataclasses.asdict(settings), indent=2))
     os.replace(tmp, path)

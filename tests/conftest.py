@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from deskllm.starter import starter_model_path
+from deskllm.catalog.starter import starter_model_path
 
 
 @pytest.fixture(autouse=True)

@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterable
 
 from deskllm.engine.protocol import Done, Error, Event, Exited, Metrics, TextDelta
+from deskllm.engine.reply import Reply
 
 
 @dataclasses.dataclass
@@ -26,7 +27,9 @@ class Collected:
         return self.final
 
 
-def collect(events: Iterable[Event]) -> Collected:
+def collect(source: Reply | Iterable[Event]) -> Collected:
+    """Every event of a Reply (or of an event iterator), sorted by kind."""
+    events = source.events() if isinstance(source, Reply) else source
     deltas, metrics, final = [], [], None
     for event in events:
         if isinstance(event, TextDelta):

@@ -14,10 +14,11 @@ def type_and_send(qtbot, win: MainWindow, text: str) -> None:
 
 
 def send_and_wait(qtbot, win: MainWindow, text: str):
-    """Send `text` with the Enter key and wait until the reply is stored; the final event."""
+    """Send `text` with the Enter key and wait until the reply is stored; the Reply's final
+    event (Done, Error or Exited)."""
     with qtbot.waitSignal(win.bridge.finished, timeout=REPLY_TIMEOUT_MS) as blocker:
         type_and_send(qtbot, win, text)
-    return blocker.args[1]
+    return blocker.args[1].final
 
 
 def set_sampling(win: MainWindow, **sampling) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from deskllm.catalog.gguf_header import GgufHeader, TensorInfo
+from deskllm.gguf.header import GgufHeader, TensorInfo
 
 FILE_TYPES = {"F16": 1, "Q8_0": 7, "Q6_K": 18, "Q5_K_M": 17, "Q4_K_M": 15, "Q3_K_M": 12,
               "Q2_K": 10}  # fmt: skip
@@ -166,7 +166,7 @@ def write_sparse_gguf(path: Path, weight_bytes: int) -> Path:
     """A valid GGUF whose F16 weights total about `weight_bytes`: the header is real, the
     tensor data a hole in a sparse file (no disk space, no time), so a model far bigger than
     this machine's memory can be offered to the engine."""
-    from deskllm.catalog.gguf_header import parse_header
+    from deskllm.gguf.header import parse_header
 
     n, d = 4, 8192
     rows = weight_bytes // n // (d * 2) // 256 * 256

@@ -31,7 +31,7 @@ class CacheEntry:
 class CatalogCache:
     def __init__(self, db: Database | None = None) -> None:
         if db is None:
-            from deskllm.store import open_database
+            from deskllm.database import open_database
 
             db = open_database()
         self.db = db

@@ -17,14 +17,6 @@ from huggingface_hub import get_hf_file_metadata, hf_hub_url
 from huggingface_hub.errors import GatedRepoError
 from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
-from deskllm.catalog.gguf_header import (
-    GgufError,
-    GgufHeader,
-    NeedMoreData,
-    TensorInfo,
-    parse_header,
-    validate_metadata,
-)
 from deskllm.catalog.hub import (
     REQUEST_TIMEOUT,
     GatedRepoAccess,
@@ -35,6 +27,14 @@ from deskllm.catalog.hub import (
     network_reason,
 )
 from deskllm.catalog.quant_names import FileTypeCheck, check_file_type, parse_gguf_name
+from deskllm.gguf.header import (
+    GgufError,
+    GgufHeader,
+    NeedMoreData,
+    TensorInfo,
+    parse_header,
+    validate_metadata,
+)
 
 FIRST_READ = 256 << 10
 MAX_READ = 64 << 20  # no real header is this big; stop before fetching a model by mistake

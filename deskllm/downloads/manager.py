@@ -5,16 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import sqlite3
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlite_utils import Database
-
 from deskllm import paths
-from deskllm.catalog.gguf_header import GgufError
 from deskllm.downloads.control import Control
 from deskllm.downloads.errors import DownloadError, Interrupted, LockedError
 from deskllm.downloads.events import DownloadState, Progress, ProgressCallback
@@ -22,6 +18,7 @@ from deskllm.downloads.item import DownloadItem, ItemResult, download_item
 from deskllm.downloads.lock import FileLock
 from deskllm.downloads.partfile import lock_path, remove_partial
 from deskllm.downloads.transfer import TransferOptions, TransferStats
+from deskllm.gguf.header import GgufError
 
 log = logging.getLogger("deskllm.downloads")
 
@@ -58,19 +55,6 @@ def _record(row: dict) -> DownloadRecord:
     )
 
 
-def _connect(db_path: Path) -> Database:
-    """Migrate with open_database, then keep a connection the worker threads may share (every
-    use is under the manager's lock)."""
-    from deskllm.store import open_database
-
-    open_database(db_path).close()
-    conn = sqlite3.connect(db_path, check_same_thread=False, timeout=5.0)
-    db = Database(conn)
-    db.execute("PRAGMA foreign_keys = ON")
-    db.execute("PRAGMA synchronous = NORMAL")
-    return db
-
-
 class DownloadManager:
     """Runs at most `max_concurrent` downloads, each on its own thread.
 
@@ -88,14 +72,13 @@ class DownloadManager:
         on_progress: ProgressCallback | None = None,
         options: TransferOptions | None = None,
     ) -> None:
-        if models_dir is None:
-            from deskllm import settings
+        from deskllm.database import open_database
 
-            models_dir = settings.load().models_path()
-        self.models_dir = Path(models_dir)
+        self.models_dir = Path(models_dir) if models_dir else paths.models_dir()
         self.max_concurrent = max(1, max_concurrent)
         self.options = options or TransferOptions()
-        self._db = _connect(Path(db_path) if db_path else paths.database_path())
+        # One connection that the worker threads share: every use is under the manager's lock.
+        self._db = open_database(db_path, shared=True)
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._callbacks: list[ProgressCallback] = [on_progress] if on_progress else []

@@ -64,13 +64,16 @@ def choose(
     selector: str | None,
     repo_id: str,
     side_files: list[DownloadItem] | None = None,
+    *,
+    n_ctx: int = 4096,
+    kv_type: str = "f16",
 ) -> DownloadItem:
     """The item a `QUANT` label or a `FILE` path (or file name) names; without one, the
     default. Side files (mmproj) are found by their path only, never chosen as a quant."""
     if not items:
         raise NotFoundError(f"{repo_id} has no complete GGUF model files")
     if not selector:
-        return default_item(items, repo_id)
+        return default_item(items, repo_id, n_ctx=n_ctx, kv_type=kv_type)
     wanted = selector.strip().strip("/")
     for item in items + (side_files or []):
         paths = [p.path for p in item.parts]
@@ -86,20 +89,26 @@ def choose(
     raise NotFoundError(f"{repo_id} has no {wanted!r}; it has: {choices}")
 
 
-def default_item(items: list[DownloadItem], repo_id: str | None = None) -> DownloadItem:
+def default_item(
+    items: list[DownloadItem],
+    repo_id: str | None = None,
+    *,
+    n_ctx: int = 4096,
+    kv_type: str = "f16",
+) -> DownloadItem:
     """The quant to download when none was named: the planner's recommendation for this
     machine (the best quality whose memory, KV cache and GPU offload included, fits). When
     the planner cannot answer (nothing fits, the probe failed), the smallest file, with the
     planner's refusal coming later at load time."""
     if repo_id is not None:
-        recommended = _recommended_path(repo_id)
+        recommended = _recommended_path(repo_id, n_ctx, kv_type)
         for item in items:
             if recommended in [p.path for p in item.parts]:
                 return item
     return min(items, key=lambda i: i.total)
 
 
-def _recommended_path(repo_id: str) -> str | None:
+def _recommended_path(repo_id: str, n_ctx: int, kv_type: str) -> str | None:
     from deskllm.planner.machine import current_hardware
     from deskllm.planner.plan_model import plan_model
 
@@ -107,14 +116,18 @@ def _recommended_path(repo_id: str) -> str | None:
     if hardware is None:
         return None
     try:
-        planned = plan_model(repo_id, hardware)
+        planned = plan_model(repo_id, hardware, n_ctx=n_ctx, kv_type=kv_type)
     except Exception as exc:  # planning is advice: the download can still go ahead
         log.warning("could not plan %s (%s); taking the smallest file", repo_id, exc)
         return None
     return planned.recommended.file if planned.recommended else None
 
 
-def resolve(repo_id: str, selector: str | None = None) -> DownloadItem:
+def resolve(
+    repo_id: str, selector: str | None = None, *, n_ctx: int = 4096, kv_type: str = "f16"
+) -> DownloadItem:
+    """The file(s) to download: `selector` (a quant or file name) or, without it, the
+    planner's recommendation for this machine at `n_ctx` tokens of `kv_type` KV cache."""
     details = repo_details(repo_id)
     revision = details.revision or "main"  # the commit the sizes and sha256 are of
     return choose(
@@ -122,4 +135,6 @@ def resolve(repo_id: str, selector: str | None = None) -> DownloadItem:
         selector,
         repo_id,
         items_of(repo_id, details.mmproj, revision),
+        n_ctx=n_ctx,
+        kv_type=kv_type,
     )

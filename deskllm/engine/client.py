@@ -12,16 +12,16 @@ import contextlib
 import itertools
 import logging
 import multiprocessing
+import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from multiprocessing.connection import wait
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from deskllm import paths
-from deskllm.catalog.gguf_header import GgufError, read_header
+from deskllm.engine.errors import EngineBusy, EngineError, ErrorKind
+from deskllm.engine.kv_cache import delete_conversation_states
 from deskllm.engine.protocol import (
     Cancel,
     Chat,
@@ -30,6 +30,8 @@ from deskllm.engine.protocol import (
     Error,
     Event,
     Exited,
+    Forget,
+    Heartbeat,
     Load,
     Loaded,
     LoadParams,
@@ -40,13 +42,14 @@ from deskllm.engine.protocol import (
     StatusReport,
     Unload,
 )
-
-if TYPE_CHECKING:
-    from deskllm.hardware.report import HardwareReport
+from deskllm.engine.reply import Reply
 
 log = logging.getLogger("deskllm.engine")
 
-DEFAULT_CTX_CAP = 4096
+# A worker that sends nothing (not even a heartbeat: it beats only while it makes progress)
+# for this long while it owes an answer is taken to hang, and is ended.
+HANG_TIMEOUT_S = float(os.environ.get("DESKLLM_ENGINE_HANG_S", "120"))
+CRASH_LIMIT = 3  # a model that ends the engine this often in a row is not reloaded by itself
 _SIGNAL_WORDS = {
     signal.SIGKILL: "was killed (SIGKILL) — by the user, or by the system when memory ran out",
     signal.SIGSEGV: "crashed (segmentation fault inside llama.cpp)",
@@ -54,17 +57,6 @@ _SIGNAL_WORDS = {
     signal.SIGBUS: "crashed (bus error: the model file may have changed on disk)",
     signal.SIGTERM: "was terminated (SIGTERM)",
 }
-
-
-class EngineError(RuntimeError):
-    def __init__(self, message: str, kind: str = "error") -> None:
-        super().__init__(message)
-        self.kind = kind
-
-
-class EngineBusy(EngineError):
-    def __init__(self) -> None:
-        super().__init__("the engine is answering another request; wait or stop it", "busy")
 
 
 def exit_reason(exitcode: int | None) -> str:
@@ -79,27 +71,19 @@ def exit_reason(exitcode: int | None) -> str:
     return f"the engine exited with status {exitcode}"
 
 
-def resolve_params(params: LoadParams, n_ctx_train: int | None) -> LoadParams:
-    """Fill the defaults that depend on the model and the machine."""
-    changes: dict = {}
-    if params.n_ctx <= 0:
-        changes["n_ctx"] = min(n_ctx_train or DEFAULT_CTX_CAP, DEFAULT_CTX_CAP)
-    elif n_ctx_train and params.n_ctx > n_ctx_train:
-        changes["n_ctx"] = n_ctx_train
-    if params.n_threads <= 0:
-        import psutil
-
-        changes["n_threads"] = psutil.cpu_count(logical=False) or 1
-    if not params.kv_disk_dir:
-        changes["kv_disk_dir"] = str(paths.kv_cache_dir())
-    return replace(params, **changes) if changes else params
-
-
 class EngineClient:
-    """Talks to one engine process. Thread-safe: one request at a time; cancel() from any
-    thread."""
+    """Talks to one engine process: a pure process client (it knows nothing of the planner,
+    the store or the settings; `deskllm.loader.ModelLoader` decides what to load). Thread-safe:
+    one request at a time; cancel() from any thread.
 
-    def __init__(self, log_level: int = logging.WARNING) -> None:
+    Faults it handles: a worker that dies is reported as Exited with the reason, and the next
+    chat starts a fresh worker with the same model, unless that model ended the engine
+    CRASH_LIMIT times in a row; a worker that stops answering for `hang_timeout_s` while it
+    owes an answer is ended and reported the same way."""
+
+    def __init__(
+        self, log_level: int = logging.WARNING, hang_timeout_s: float | None = None
+    ) -> None:
         self._ctx = multiprocessing.get_context("spawn")
         self._process = None
         self._conn = None
@@ -108,8 +92,10 @@ class EngineClient:
         self._request_lock = threading.Lock()
         self._ids = itertools.count(1)
         self._log_level = log_level
+        self.hang_timeout_s = HANG_TIMEOUT_S if hang_timeout_s is None else hang_timeout_s
         self.params: LoadParams | None = None  # what to reload after a crash
         self.loaded: Loaded | None = None
+        self.crashes = 0  # engine deaths in a row with self.params (a finished reply resets it)
 
     # Process ----------------------------------------------------------------------------------
     @property
@@ -144,10 +130,17 @@ class EngineClient:
             self._conn.send(request)
 
     def _events(self, request_id: int | None = None) -> Iterator[Event]:
-        """Events from the worker until the caller stops; ends with Exited if it dies."""
+        """Events from the worker until the caller stops; ends with Exited if it dies or
+        hangs. Heartbeats only keep the deadline away; they are not passed on."""
         process, conn = self._process, self._conn
+        hung = False
         while True:
-            ready = wait([conn, process.sentinel])
+            ready = wait([conn, process.sentinel], timeout=self.hang_timeout_s)
+            if not ready:
+                hung = True
+                log.warning("the engine sent nothing for %.0f s; ending it", self.hang_timeout_s)
+                process.kill()
+                break
             # When only the process ended, the pipe may still hold what it sent before.
             if conn not in ready and not conn.poll(0):
                 break
@@ -155,47 +148,28 @@ class EngineClient:
                 event = conn.recv()
             except (EOFError, OSError):
                 break  # the worker's end of the pipe is closed: it has ended
-            yield event
+            if not isinstance(event, Heartbeat):
+                yield event
         process.join(5)
         if process.is_alive():  # the pipe broke but the process hangs on: end it
             process.kill()
             process.join(5)
         self.loaded = None
-        yield Exited(exit_reason(process.exitcode), process.exitcode, request_id)
+        if hung:
+            reason = (f"the engine stopped answering for {self.hang_timeout_s:.0f} s and was "
+                      "ended")  # fmt: skip
+            yield Exited(reason, process.exitcode, request_id, ErrorKind.HUNG)
+        else:
+            yield Exited(exit_reason(process.exitcode), process.exitcode, request_id)
 
     # API --------------------------------------------------------------------------------------
     def load(
-        self,
-        params: LoadParams,
-        on_progress: Callable[[float], None] | None = None,
-        *,
-        hardware: HardwareReport | None = None,
+        self, params: LoadParams, on_progress: Callable[[float], None] | None = None
     ) -> Loaded:
-        """Load a model (replacing the current one). Raises EngineError with a clear message;
-        kind "too_big" when the planner finds it cannot fit `hardware` (by default this
-        machine's report, probed once per process)."""
-        from deskllm.planner.guard import auto_gpu_layers, load_refusal
-
-        path = Path(params.model_path)
-        try:
-            header = read_header(path)
-        except GgufError as exc:
-            raise EngineError(str(exc), kind="bad_model") from None
-        params = resolve_params(replace(params, model_path=str(path)), header.context_length)
-        if params.gpu_auto:
-            layers = auto_gpu_layers(header, params, hardware)
-            params = replace(params, n_gpu_layers=layers, gpu_auto=False)
-        refusal = load_refusal(header, params, hardware)
-        if refusal:
-            raise EngineError(refusal, kind="too_big")
-        if params.use_extra_bufts is None:
-            from deskllm.engine.extra_bufts_probe import extra_bufts_work
-            from deskllm.starter import starter_model_path
-
-            starter = starter_model_path()
-            probe_model = str(starter) if starter else params.model_path
-            params = replace(params, use_extra_bufts=extra_bufts_work(probe_model))
+        """Load a model as `params` say (replacing the current one): no checks, no defaults
+        chosen here (the worker fills n_ctx 0 and n_threads 0). Raises EngineError."""
         with self._request_lock:
+            self.crashes = 0
             return self._load_locked(params, on_progress)
 
     def _load_locked(
@@ -212,10 +186,10 @@ class EngineClient:
                 self.params, self.loaded = params, event
                 return event
             elif isinstance(event, Error):
-                raise EngineError(event.message, event.kind)
+                raise EngineError(event.reason, event.kind)
             elif isinstance(event, Exited):
                 name = Path(params.model_path).name
-                raise EngineError(f"{event.reason} while loading {name}", "exited")
+                raise EngineError(f"{event.reason} while loading {name}", event.kind)
         raise EngineError("the engine ended without answering")
 
     def chat(
@@ -225,39 +199,95 @@ class EngineClient:
         sampling: Sampling | None = None,
         *,
         wait_if_busy: bool = True,
-    ) -> Iterator[Event]:
-        """Stream events for one reply: TextDelta and Metrics, then Done, Error or Exited.
+    ) -> Reply:
+        """One reply, streaming as it is read (see Reply). Nothing is sent until the reply
+        is read; a reply read while another streams waits for it (or raises EngineBusy with
+        wait_if_busy=False)."""
+        events = self._chat_events(conversation_id, tuple(messages), sampling, wait_if_busy)
+        return Reply(events, self.cancel)
 
-        A second call while a reply streams waits (or raises EngineBusy with wait_if_busy=False).
-        """
+    def _chat_events(
+        self,
+        conversation_id: str,
+        messages: tuple[ChatMessage, ...],
+        sampling: Sampling | None,
+        wait_if_busy: bool,
+    ) -> Iterator[Event]:
+        """The events of one reply, holding the request lock until it ends or its reader
+        drops it (the lock is taken on the first read, so an unread reply holds nothing)."""
         if not self._request_lock.acquire(blocking=wait_if_busy):
             raise EngineBusy()
         try:
-            if self.loaded is None or self._process is None or not self._process.is_alive():
-                if self.params is None:
-                    yield Error(None, "no model is loaded", kind="error")
-                    return
-                try:
-                    self._load_locked(self.params)  # a fresh engine after a crash
-                except EngineError as exc:
-                    yield Error(None, f"could not restart the engine: {exc}", kind=exc.kind)
-                    return
+            restarted = self._restart_if_needed()
+            if restarted is not None:
+                yield restarted
+                return
             request_id = next(self._ids)
-            self._send(Chat(request_id, conversation_id, tuple(messages), sampling or Sampling()))
+            self._send(Chat(request_id, conversation_id, messages, sampling or Sampling()))
             for event in self._events(request_id):
                 if getattr(event, "request_id", request_id) not in (request_id, None):
                     continue  # late events of an earlier, abandoned request
+                if isinstance(event, Exited):
+                    self.crashes += 1
+                elif isinstance(event, Done):
+                    self.crashes = 0
                 yield event
                 if isinstance(event, Done | Error | Exited):
                     return
         finally:
             self._request_lock.release()
 
+    def _restart_if_needed(self) -> Error | None:
+        """Start a fresh engine with the last model after a crash; an Error when it cannot."""
+        if self.loaded is not None and self._process is not None and self._process.is_alive():
+            return None
+        if self.params is None:
+            return Error(None, "no model is loaded", ErrorKind.NO_MODEL)
+        name = Path(self.params.model_path).name
+        if self.crashes >= CRASH_LIMIT:
+            return Error(
+                None,
+                f"{name} ended the engine {self.crashes} times in a row, so it is not loaded "
+                "again by itself. Load it again to retry, or try it with fewer GPU layers or "
+                "a smaller context.",
+                ErrorKind.CRASH_LOOP,
+            )
+        try:
+            self._load_locked(self.params)
+        except EngineError as exc:
+            return Error(None, f"could not restart the engine: {exc}", exc.kind)
+        return None
+
+    def restart(self, on_progress: Callable[[float], None] | None = None) -> Loaded | None:
+        """End the engine process (whatever it is doing) and load the same model again in a
+        fresh one; None when no model was loaded."""
+        params = self.params
+        self.close(timeout=2.0)
+        return self.load(params, on_progress) if params is not None else None
+
     def cancel(self) -> None:
         """Stop the reply being generated (or the prompt being read). Safe from any thread."""
         if self._process is not None and self._process.is_alive():
             with contextlib.suppress(OSError, ValueError):
                 self._send(Cancel())
+
+    def kill(self) -> None:
+        """End the engine process now, from any thread (a stuck reply's reader gets Exited)."""
+        process = self._process
+        if process is not None and process.is_alive():
+            process.kill()
+
+    def forget(self, conversation_id: str) -> None:
+        """Drop a conversation's KV state (RAM and disk), e.g. after it was deleted. A running
+        worker does it (between steps, even while a reply streams); without one, the files
+        are deleted here."""
+        if self._process is not None and self._process.is_alive():
+            with contextlib.suppress(OSError, ValueError):
+                self._send(Forget(conversation_id))
+                return
+        kv_dir = self.params.kv_disk_dir if self.params and self.params.kv_disk_dir else None
+        delete_conversation_states(Path(kv_dir) if kv_dir else paths.kv_cache_dir(),
+                                   conversation_id)  # fmt: skip
 
     def status(self) -> StatusReport | None:
         if self._process is None or not self._process.is_alive():

@@ -8,12 +8,10 @@ answer is remembered per engine build and CPU, since both decide it.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import multiprocessing
 import os
-import platform
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -39,14 +37,12 @@ def _probe_child(model_path: str) -> None:
 
 
 def build_key() -> str:
-    """Engine library identity + CPU identity (without loading llama.cpp in this process):
-    the CPU's name and the instruction sets the hardware probe reads, the native way per OS."""
-    from deskllm.engine import build
+    """The engine build on this CPU (hardware.keys.engine_key), read without loading
+    llama.cpp in this process."""
     from deskllm.hardware.cpu import probe_cpu
+    from deskllm.hardware.keys import engine_key
 
-    cpu = probe_cpu()
-    blob = f"{build.build_id()}|{platform.machine()}|{cpu.name}|{' '.join(cpu.features)}"
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    return engine_key(probe_cpu())
 
 
 def _cache_file() -> Path:
@@ -90,6 +86,6 @@ def extra_bufts_work(
     if child.exitcode is not None and child.exitcode > 0:
         return False  # an ordinary error (unreadable model): not an answer worth remembering
     tmp = cache.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result))
+    paths.write_private_text(tmp, json.dumps(result))
     os.replace(tmp, cache)
     return works

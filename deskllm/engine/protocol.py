@@ -1,14 +1,16 @@
 """Typed messages between the engine client and its worker process (pickled over a pipe).
 
-Requests go in: Load, Chat, Cancel, Unload, Status, Shutdown.
-Events come out: LoadProgress, Loaded, TextDelta, Metrics, Done, Error, StatusReport, and the
-client adds Exited when the worker process dies.
+Requests go in: Load, Chat, Cancel, Forget, Unload, Status, Shutdown.
+Events come out: LoadProgress, Loaded, TextDelta, Metrics, Done, Error, StatusReport,
+Heartbeat, and the client adds Exited when the worker process dies or hangs.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from deskllm.engine.errors import ErrorKind
 
 
 @dataclass(frozen=True)
@@ -163,8 +165,8 @@ class Done:
 @dataclass(frozen=True)
 class Error:
     request_id: int | None
-    message: str
-    kind: str = "error"  # error | bad_model | context | busy | template
+    reason: str
+    kind: ErrorKind = ErrorKind.ERROR
 
 
 @dataclass(frozen=True)
@@ -179,11 +181,21 @@ class StatusReport:
 
 @dataclass(frozen=True)
 class Exited:
-    """The worker process ended without being asked to (crash, kill, out of memory)."""
+    """The worker process ended without being asked to (crash, kill, out of memory), or was
+    ended because it stopped answering (kind HUNG)."""
 
     reason: str
     exitcode: int | None
     request_id: int | None = None
+    kind: ErrorKind = ErrorKind.EXITED
 
 
-Event = LoadProgress | Loaded | TextDelta | Metrics | Done | Error | StatusReport | Exited
+@dataclass(frozen=True)
+class Heartbeat:
+    """Sent by a busy worker about once a second while it makes progress (prompt evaluation
+    and loading can be silent for minutes); a silent worker is taken to hang."""
+
+
+Event = (
+    LoadProgress | Loaded | TextDelta | Metrics | Done | Error | StatusReport | Exited | Heartbeat
+)

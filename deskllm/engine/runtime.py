@@ -18,12 +18,13 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from deskllm.engine import build
+from deskllm.llamacpp import build
 
 build.activate()  # the chosen llama.cpp build, before it is imported
 
 import llama_cpp as L  # noqa: E402
 
+from deskllm.engine.errors import EngineError  # noqa: E402, F401 (the worker imports it here)
 from deskllm.engine.kv_cache import KvState  # noqa: E402
 from deskllm.engine.protocol import LoadParams, Sampling  # noqa: E402
 
@@ -34,14 +35,6 @@ _BUFFER_RE = re.compile(r"\b(\S+)\s+(model|KV|compute|output|RS) buffer size =\s
 
 _backend_ready = False
 _log_lines: list[str] = []
-
-
-class EngineError(RuntimeError):
-    """A failure to report to the user as it is (bad model file, context too small, ...)."""
-
-    def __init__(self, message: str, kind: str = "error") -> None:
-        super().__init__(message)
-        self.kind = kind
 
 
 class Cancelled(Exception):
@@ -69,7 +62,7 @@ def _init_backend() -> None:
 
 def _load_dynamic_backends() -> None:
     """Release builds load their backends (CPU variants, GPU) at run time."""
-    from deskllm.hardware.engine_devices import load_dynamic_backends, load_libraries
+    from deskllm.llamacpp.libraries import load_dynamic_backends, load_libraries
 
     lib_dir = build.library_dir()
     if lib_dir is None:
@@ -148,7 +141,8 @@ class LlamaRuntime:
         self.tokens: list[int] = []  # what the KV cache of sequence 0 holds
         self.n_exact = 0  # leading cells that multi-token decodes computed (see eval_prompt)
         self.finish_reason = "stop"
-        self._abort_cb = L.ggml_abort_callback(lambda _data: self.cancel_flag.is_set())
+        self.ticks = 0  # graph nodes run while reading a prompt: the heartbeat's progress
+        self._abort_cb = L.ggml_abort_callback(self._abort_requested)
         self._piece_buf = ctypes.create_string_buffer(256)
         self._one = (L.llama_token * 1)()
         self.buffers = self._parse_buffers()
@@ -162,6 +156,11 @@ class LlamaRuntime:
                 key = f"{m.group(1)} {m.group(2)}"
                 sizes[key] = sizes.get(key, 0.0) + float(m.group(3)) * 1024 * 1024
         return sizes
+
+    def _abort_requested(self, _data: ctypes.c_void_p) -> bool:
+        """llama.cpp asks between graph nodes while a prompt is evaluated."""
+        self.ticks += 1
+        return self.cancel_flag.is_set()
 
     def chat_template(self) -> str | None:
         raw = L.llama_model_chat_template(self.model, None)
@@ -302,6 +301,35 @@ class LlamaRuntime:
             L.llama_set_abort_callback(self.ctx, ggml_abort_none, None)
         self.n_exact = len(self.tokens) - 1  # all but the last token, read alone
         return PromptResult(cached, len(todo), time.perf_counter() - start)
+
+    def settle(self, should_stop: Callable[[], bool], chunk: int = 64) -> int:
+        """Read again, batched, the cells a reply left (decoded one token at a time), while
+        the engine waits for the next request: the next turn then reuses them and still equals
+        a cold evaluation (see eval_prompt), instead of reading the whole reply again before
+        its first token. Stops between chunks when `should_stop()` (a request came in); what
+        was not read again is read with the next prompt. Returns the tokens read."""
+        start = self.n_exact
+        tail = self.tokens[start:]
+        if len(tail) < 2:
+            return 0
+        self._truncate_to(start)
+        if len(self.tokens) != start:  # this cache cannot drop a tail: it started over
+            return 0
+        chunks = [tail[i : i + chunk] for i in range(0, len(tail), chunk)]
+        if len(chunks[-1]) == 1:
+            chunks.pop()  # never a single token alone: the next prompt reads it
+        read = 0
+        for part in chunks:
+            if should_stop():
+                break
+            arr = (L.llama_token * len(part))(*part)
+            if L.llama_decode(self.ctx, L.llama_batch_get_one(arr, len(part))) != 0:
+                L.llama_memory_seq_rm(self.memory, 0, len(self.tokens), -1)
+                break
+            self.tokens.extend(part)
+            self.n_exact = len(self.tokens)
+            read += len(part)
+        return read
 
     def make_sampler(self, s: Sampling, history: list[int]) -> ctypes.c_void_p:
         chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())

@@ -17,8 +17,6 @@ from pathlib import Path
 
 import psutil
 
-from deskllm.catalog.gguf_header import GgufError, read_header
-from deskllm.engine import build
 from deskllm.engine.chat_template import ChatTemplate, TemplateRefused
 from deskllm.engine.kv_cache import (
     KvStateCache,
@@ -26,6 +24,7 @@ from deskllm.engine.kv_cache import (
     make_guard,
     model_identity,
 )
+from deskllm.engine.load_defaults import resolve_params
 from deskllm.engine.protocol import (
     Cancel,
     Chat,
@@ -33,6 +32,7 @@ from deskllm.engine.protocol import (
     Done,
     Error,
     Forget,
+    Heartbeat,
     Load,
     Loaded,
     LoadProgress,
@@ -44,10 +44,14 @@ from deskllm.engine.protocol import (
     Unload,
 )
 from deskllm.engine.stop_strings import StopMatcher
+from deskllm.gguf.header import GgufError, read_header
+from deskllm.hardware.nvml_process import NvmlProcessMemory
+from deskllm.llamacpp import build
 
 log = logging.getLogger("deskllm.engine")
 
 METRICS_INTERVAL_S = 0.25
+HEARTBEAT_S = 1.0
 # Text goes out at most this often (the first piece at once): every message wakes the app's
 # process, which on a machine with few cores takes a core from llama.cpp's threads. 30 ms is
 # still faster than the GUI repaints.
@@ -75,10 +79,30 @@ class Worker:
         self.vram: NvmlProcessMemory | None = None
         self.process = psutil.Process()
         self.cancel_flag = threading.Event()
+        self.in_request = False  # a request is being handled: the client waits for an answer
+        self.sent = 0  # events sent: the heartbeat's sign of progress
+
 
     def send(self, event: object) -> None:
         with self.send_lock:
             self.conn.send(event)
+            self.sent += 1
+
+    def heartbeat(self) -> None:
+        """While a request is handled, tell the client every HEARTBEAT_S that the worker is
+        still making progress: events went out, or llama.cpp ran graph nodes (the runtime's
+        tick count). A worker stuck without progress goes silent, and the client ends it."""
+        seen = None
+        while True:
+            time.sleep(HEARTBEAT_S)
+            if not self.in_request:
+                seen = None
+                continue
+            progress = (self.sent, getattr(self.runtime, "ticks", 0))
+            if progress != seen:
+                seen = progress
+                with self.send_lock:
+                    self.conn.send(Heartbeat())
 
     # Reader thread ----------------------------------------------------------------------------
     def read_requests(self) -> None:
@@ -108,16 +132,21 @@ class Worker:
     # Main loop --------------------------------------------------------------------------------
     def run(self) -> None:
         threading.Thread(target=self.read_requests, name="engine-reader", daemon=True).start()
+        threading.Thread(target=self.heartbeat, name="engine-heartbeat", daemon=True).start()
         while True:
             request = self.requests.get()
             if isinstance(request, Shutdown):
                 self.unload()
                 return
+            self.in_request = True
             try:
                 if isinstance(request, Load):
                     self.load(request)
                 elif isinstance(request, Chat):
                     self.chat(request)
+                    if self.runtime is not None:
+                        # Idle time after the reply: make its cells reusable for the next turn.
+                        self.runtime.settle(lambda: not self.requests.empty())
                 elif isinstance(request, Unload):
                     self.unload()
                     self.send(self.status())
@@ -132,19 +161,22 @@ class Worker:
                     log.info("request refused (%s): %s", kind, exc)
                 request_id = getattr(request, "request_id", None)
                 self.send(Error(request_id, str(exc), kind=kind))
+            finally:
+                self.in_request = False
 
     def load(self, request: Load) -> None:
         from deskllm.engine.runtime import LlamaRuntime
 
-        self.unload()
-        params = request.params
         try:
-            # Checked again here: the file may have changed since the client looked, and
-            # llama.cpp aborts the process on some malformed files instead of failing.
-            read_header(Path(params.model_path))
+            # Checked again here: the file may have changed since the loader looked, and
+            # llama.cpp aborts the process on some malformed files instead of failing. Before
+            # unloading: a bad file leaves the loaded model as it was.
+            header = read_header(Path(request.params.model_path))
         except GgufError as exc:
             self.send(Error(None, str(exc), kind="bad_model"))
             return
+        self.unload()
+        params = resolve_params(request.params, header.context_length)
         started = time.perf_counter()
         last = [0.0]
 
@@ -270,7 +302,7 @@ class Worker:
 
         rid = request.request_id
         if self.runtime is None:
-            self.send(Error(rid, "no model is loaded", kind="error"))
+            self.send(Error(rid, "no model is loaded", kind="no_model"))
             return
         runtime = self.runtime
         self.busy = True
@@ -391,38 +423,6 @@ class Worker:
         )
 
 
-class NvmlProcessMemory:
-    """VRAM this process holds on NVIDIA GPUs, through NVML (None where NVML is absent: other
-    vendors' drivers give no per-process figure)."""
-
-    def __init__(self) -> None:
-        self.handles: list = []
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            count = pynvml.nvmlDeviceGetCount()
-            self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
-        except Exception:  # no driver, no GPU: nothing to read
-            self.handles = []
-
-    def read(self) -> int | None:
-        if not self.handles:
-            return None
-        import pynvml
-
-        pid, total, seen = os.getpid(), 0, False
-        for handle in self.handles:
-            try:
-                for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
-                    if proc.pid == pid and proc.usedGpuMemory is not None:
-                        total += proc.usedGpuMemory
-                        seen = True
-            except pynvml.NVMLError:
-                continue
-        return total if seen else None
-
-
 def _device_name(buffers: dict[str, float]) -> str:
     """Where the weights are, from llama.cpp's own buffer report ("Vulkan0 model", ...)."""
     names = {key.split(" ")[0] for key in buffers if key.endswith(" model")}
@@ -430,7 +430,7 @@ def _device_name(buffers: dict[str, float]) -> str:
     if not gpus:
         return "CPU"
     try:
-        from deskllm.hardware.engine_devices import device_descriptions
+        from deskllm.llamacpp.libraries import device_descriptions
 
         described = device_descriptions()
     except Exception:  # the readout is informational; never fail a load over it

@@ -7,13 +7,10 @@ Signals:
 
 from __future__ import annotations
 
+from deskllm import settings as settings_mod
 from deskllm.gui.qt import QPlainTextEdit, QSize, QSizePolicy, Qt, QWidget, Signal
 
 MIN_LINES, MAX_LINES = 3, 10  # the box grows with its text between these
-SEND_KEYS = {
-    "enter": "Message (Enter to send, Shift+Enter for a new line)",
-    "ctrl+enter": "Message (Ctrl+Enter to send, Enter for a new line)",
-}
 
 
 class ChatInput(QPlainTextEdit):
@@ -34,8 +31,9 @@ class ChatInput(QPlainTextEdit):
         return QSize(super().sizeHint().width(), height + 2 * int(self.document().documentMargin()))
 
     def set_send_key(self, send_key: str) -> None:
-        self.send_key = send_key if send_key in SEND_KEYS else "enter"
-        self.setPlaceholderText(SEND_KEYS[self.send_key])
+        labels = settings_mod.specs()["send_key"].choices
+        self.send_key = send_key if send_key in labels else "enter"
+        self.setPlaceholderText(f"Message ({labels[self.send_key]})")
 
     def keyPressEvent(self, event) -> None:  # noqa: N802 (Qt name)
         if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):

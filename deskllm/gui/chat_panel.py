@@ -5,7 +5,7 @@ REPAINT_INTERVAL_MS, so a long reply costs the same per token as a short one.
 
 Signals:
     stream_started(str): a reply was requested for this conversation id.
-    turn_finished(str, object): the reply ended (Done | Error | Exited) and is stored.
+    turn_finished(str, Reply): the reply ended (finished, stopped or failed) and is stored.
     conversation_changed(str): title, model or settings of this conversation changed.
 """
 

@@ -18,8 +18,8 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from deskllm.downloads import DownloadManager, DownloadState, resolve
-from deskllm.gui.background import BackgroundCalls
 from deskllm.gui.qt import QObject, Signal
+from deskllm.gui.tasks import TaskRunner
 
 log = logging.getLogger("deskllm.gui")
 
@@ -29,11 +29,17 @@ class DownloadBridge(QObject):
     restored = Signal(list)
     failed = Signal(str)
 
-    def __init__(self, db_path: Path | None = None, parent: QObject | None = None) -> None:
+    def __init__(
+        self,
+        db_path: Path | None = None,
+        parent: QObject | None = None,
+        models_dir: Path | None = None,
+    ) -> None:
         super().__init__(parent)
         self.db_path = db_path
+        self.models_dir = models_dir  # None: the default folder under the per-user home
         self.manager: DownloadManager | None = None  # touched on the worker thread only
-        self._calls = BackgroundCalls("downloads", self)
+        self._calls = TaskRunner("downloads", self)
 
     def start(self) -> None:
         self._calls.run(self._start, self._on_started)
@@ -50,6 +56,16 @@ class DownloadBridge(QObject):
     def cancel(self, download_id: int) -> None:
         self._calls.run(lambda: self._manager().cancel(download_id), self._on_request)
 
+    def set_models_dir(self, models_dir: Path) -> None:
+        """Downloads added from now on go to `models_dir` (the setting changed)."""
+        self.models_dir = models_dir
+
+        def apply() -> None:
+            if self.manager is not None:
+                self.manager.models_dir = models_dir
+
+        self._calls.run(apply)
+
     def shutdown(self) -> None:
         """Pause running downloads (they continue on the next start) and stop the worker."""
         self._calls.run(self._close)
@@ -58,7 +74,9 @@ class DownloadBridge(QObject):
     # Worker thread -------------------------------------------------------------------------
     def _manager(self) -> DownloadManager:
         if self.manager is None:
-            self.manager = DownloadManager(self.db_path, on_progress=self.progress.emit)
+            self.manager = DownloadManager(
+                self.db_path, self.models_dir, on_progress=self.progress.emit
+            )
         return self.manager
 
     def _start(self) -> list:

@@ -1,133 +1,138 @@
-"""EngineBridge: runs the blocking EngineClient / ChatSession calls on a worker QThread and
-turns their events into Qt signals. Stop goes straight to the client (thread-safe)."""
+"""EngineBridge: runs the blocking ModelLoader / ChatSession calls on one TaskRunner thread
+(in order: a load queued before a reply runs first) and hands their results to the GUI thread
+as Qt signals. Stop goes straight to the client (thread-safe).
+
+Signals (all emitted on the GUI thread):
+    load_progress(float): 0..1 while a model loads.
+    loaded(Loaded): the model is ready.
+    load_failed(str): why the load failed, in words for the user.
+    unloaded(): the model was freed.
+    delta(str, str): conversation id, text as it streams.
+    metrics(Metrics): live figures of the reply being written.
+    finished(str, Reply): conversation id and the stored, finished Reply.
+"""
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
 
-from deskllm.engine.client import EngineClient, EngineError
-from deskllm.engine.protocol import Done, Error, Exited, LoadParams, Metrics, TextDelta
-from deskllm.gui.qt import QObject, QThread, Signal, Slot
-from deskllm.session import ChatSession
+from deskllm.engine.client import EngineClient
+from deskllm.engine.errors import EngineError
+from deskllm.engine.protocol import LoadParams, Metrics, TextDelta
+from deskllm.engine.reply import Reply
+from deskllm.gui.qt import QObject, Signal
+from deskllm.gui.tasks import TaskRunner
+from deskllm.loader import ModelLoader
 from deskllm.store import ConversationStore, open_database
+from deskllm.store.chat_session import ChatSession
 
 log = logging.getLogger("deskllm.gui")
 
 
-class _Worker(QObject):
+class EngineBridge(QObject):
     load_progress = Signal(float)
-    loaded = Signal(object)  # Loaded
+    loaded = Signal(object)
     load_failed = Signal(str)
     unloaded = Signal()
-    delta = Signal(str, str)  # conversation id, text
-    metrics = Signal(object)  # Metrics
-    finished = Signal(str, object)  # conversation id, final event (Done | Error | Exited)
+    delta = Signal(str, str)
+    metrics = Signal(object)
+    finished = Signal(str, object)
 
     def __init__(self, client: EngineClient, db_path: Path) -> None:
         super().__init__()
         self.client = client
         self.db_path = db_path
-        self._session: ChatSession | None = None
+        self.tasks = TaskRunner("engine", self)
+        self._session: ChatSession | None = None  # made on the task thread
+        self._loader: ModelLoader | None = None
 
-    @property
-    def session(self) -> ChatSession:
-        # An SQLite connection belongs to the thread that opened it: this thread opens its own
-        # (WAL lets it write while the GUI thread reads).
-        if self._session is None:
-            store = ConversationStore(open_database(self.db_path))
-            self._session = ChatSession(self.client, store)
-        return self._session
-
-    @Slot(object)
+    # GUI thread -------------------------------------------------------------------------------
     def load(self, params: LoadParams) -> None:
-        try:
-            self.loaded.emit(self.client.load(params, self.load_progress.emit))
-        except EngineError as exc:
-            self.load_failed.emit(str(exc))
+        self.tasks.run(lambda: self._load(params))
 
-    @Slot()
-    def unload(self) -> None:
-        self.client.unload()
-        self.unloaded.emit()
-
-    @Slot(str, str)
-    def send(self, conversation_id: str, text: str) -> None:
-        self._stream(conversation_id, self.session.send(conversation_id, text))
-
-    @Slot(str)
-    def regenerate(self, conversation_id: str) -> None:
-        self._stream(conversation_id, self.session.reply(conversation_id))
-
-    def _stream(self, conversation_id: str, events) -> None:
-        final: object = Error(None, "the reply ended without a result")
-        try:
-            for event in events:
-                if isinstance(event, TextDelta):
-                    self.delta.emit(conversation_id, event.text)
-                elif isinstance(event, Metrics):
-                    self.metrics.emit(event)
-                elif isinstance(event, Done | Error | Exited):
-                    final = event
-        except Exception as exc:  # keep the GUI alive whatever the core raised
-            log.exception("chat failed")
-            final = Error(None, str(exc))
-        self.finished.emit(conversation_id, final)
-
-
-class EngineBridge(QObject):
-    """Owned by the main window. Call load()/send() from the GUI thread; its signals are
-    emitted in the GUI thread (re-emitted from the worker thread's through queued
-    connections), so slots and timers on the GUI side never run on the worker thread."""
-
-    load_progress = Signal(float)
-    loaded = Signal(object)  # Loaded
-    load_failed = Signal(str)
-    unloaded = Signal()
-    delta = Signal(str, str)  # conversation id, text
-    metrics = Signal(object)  # Metrics
-    finished = Signal(str, object)  # conversation id, final event (Done | Error | Exited)
-
-    _load = Signal(object)
-    _unload = Signal()
-    _send = Signal(str, str)
-    _regenerate = Signal(str)
-
-    def __init__(self, client: EngineClient, db_path: Path) -> None:
-        super().__init__()
-        self.client = client
-        self.thread = QThread()
-        self.thread.setObjectName("deskllm-engine-bridge")
-        self.worker = _Worker(client, db_path)
-        self.worker.moveToThread(self.thread)
-        self._load.connect(self.worker.load)
-        self._unload.connect(self.worker.unload)
-        self._send.connect(self.worker.send)
-        self._regenerate.connect(self.worker.regenerate)
-        names = ("load_progress", "loaded", "load_failed", "unloaded", "delta", "metrics",
-                 "finished")  # fmt: skip
-        for name in names:
-            getattr(self.worker, name).connect(getattr(self, name))
-        self.thread.finished.connect(self.worker.deleteLater)
-        self.thread.start()
-
-    def load(self, params: LoadParams) -> None:
-        self._load.emit(params)
+    def restart(self) -> None:
+        """End the engine process whatever it is doing (a hung reply too) and load the same
+        model in a fresh one."""
+        self.client.kill()  # a reply being read ends with Exited; then the restart runs
+        self.tasks.run(self._restart)
 
     def unload(self) -> None:
-        self._unload.emit()
+        self.tasks.run(self._unload)
 
     def send(self, conversation_id: str, text: str) -> None:
-        self._send.emit(conversation_id, text)
+        self.tasks.run(lambda: self._stream(conversation_id, lambda s: s.send(conversation_id,
+                                                                            text)))  # fmt: skip
 
     def regenerate(self, conversation_id: str) -> None:
-        self._regenerate.emit(conversation_id)
+        self.tasks.run(lambda: self._stream(conversation_id, lambda s: s.reply(conversation_id)))
+
+    def forget(self, conversation_id: str) -> None:
+        """The conversation was deleted: drop its KV state in RAM and on disk."""
+        self.client.forget(conversation_id)
 
     def stop(self) -> None:
         self.client.cancel()
 
+    @property
+    def loader(self) -> ModelLoader | None:
+        """The loader of the task thread (None before the first load); read its last_check
+        on the GUI thread only after `loaded` or `load_failed`."""
+        return self._loader
+
     def shutdown(self) -> None:
         self.client.cancel()
-        self.thread.quit()
-        self.thread.wait(15000)
+        self.tasks.shutdown(wait=True)
         self.client.close()
+
+    # Task thread ------------------------------------------------------------------------------
+    def _parts(self) -> tuple[ModelLoader, ChatSession]:
+        # An SQLite connection belongs to the thread that opened it: the task thread opens its
+        # own (WAL lets it write while the GUI thread reads).
+        if self._session is None or self._loader is None:
+            db = open_database(self.db_path)
+            self._session = ChatSession(self.client, ConversationStore(db))
+            self._loader = ModelLoader(self.client, db=db)
+        return self._loader, self._session
+
+    def _load(self, params: LoadParams) -> None:
+        try:
+            loaded = self._parts()[0].load(params, self._progress)
+        except EngineError as exc:
+            self.tasks.post(self.load_failed.emit, str(exc))
+        except Exception as exc:  # any failure becomes a message, never a dead task thread
+            log.exception("loading %s failed", params.model_path)
+            self.tasks.post(self.load_failed.emit, f"{type(exc).__name__}: {exc}")
+        else:
+            self.tasks.post(self.loaded.emit, loaded)
+
+    def _progress(self, fraction: float) -> None:
+        self.tasks.post(self.load_progress.emit, fraction)
+
+    def _restart(self) -> None:
+        try:
+            loaded = self.client.restart(self._progress)
+        except EngineError as exc:
+            self.tasks.post(self.load_failed.emit, str(exc))
+            return
+        if loaded is not None:
+            self.tasks.post(self.loaded.emit, loaded)
+
+    def _unload(self) -> None:
+        self.client.unload()
+        self.tasks.post(self.unloaded.emit)
+
+    def _stream(self, conversation_id: str, start) -> None:
+        reply: Reply | None = None
+        try:
+            reply = start(self._parts()[1])
+            for event in reply.events():
+                if isinstance(event, TextDelta):
+                    self.tasks.post(self.delta.emit, conversation_id, event.text)
+                elif isinstance(event, Metrics):
+                    self.tasks.post(self.metrics.emit, event)
+        except Exception as exc:  # keep the GUI alive whatever the core raised
+            log.exception("chat failed")
+            reply = reply or Reply(iter(()))
+            reply.error = EngineError(f"{type(exc).__name__}: {exc}")
+        self.tasks.post(self.finished.emit, conversation_id, reply)

@@ -1,8 +1,8 @@
 """The Hardware panel: CPU and instruction sets, RAM, each device per API with memory bars,
 what the engine build can use, measured memory bandwidth and the plain-words diagnosis.
 
-The probe (child processes, a bandwidth test) runs off the GUI thread: probe_in_background()
-returns a Future whose callback re-emits the report into the GUI thread as a signal.
+The probe (child processes, a bandwidth test) runs off the GUI thread on the panel's
+TaskRunner, which hands the report back on the GUI thread.
 
 Signals:
     report_ready(HardwareReport): a probe finished and the panel shows its report.
@@ -19,7 +19,6 @@ from deskllm.gui.qt import (
     QGroupBox,
     QHBoxLayout,
     QLabel,
-    QObject,
     QPalette,
     QProgressBar,
     QPushButton,
@@ -29,17 +28,12 @@ from deskllm.gui.qt import (
     QWidget,
     Signal,
 )
-from deskllm.hardware import HardwareReport, probe_in_background
+from deskllm.gui.tasks import TaskRunner
+from deskllm.hardware import HardwareReport, probe_hardware
 from deskllm.hardware.report import Device, EngineInfo
 from deskllm.hardware.summary import gib
 
 API_TITLES = {"nvml": "NVIDIA (NVML)", "vulkan": "Vulkan", "opencl": "OpenCL", "metal": "Metal"}
-
-
-class _FutureRelay(QObject):
-    """Carries a Future from the probe's thread into the GUI thread (a queued signal)."""
-
-    done = Signal(object)
 
 
 def _label(text: str, *, bold: bool = False, muted: bool = False) -> QLabel:
@@ -71,8 +65,7 @@ class HardwarePanel(QWidget):
         super().__init__(parent)
         self.report: HardwareReport | None = None
         self.probing = False
-        self._relay = _FutureRelay()
-        self._relay.done.connect(self._on_probed)
+        self._tasks = TaskRunner("hardware", self)
         self.status = QLabel("Not probed yet")
         self.refresh_button = QPushButton("Refresh")
         self.refresh_button.setToolTip("Look at the hardware again (devices, free memory)")
@@ -105,8 +98,9 @@ class HardwarePanel(QWidget):
         )
         self.refresh_button.setEnabled(False)
         self.bandwidth_button.setEnabled(False)
-        future = probe_in_background(refresh_bandwidth=refresh_bandwidth)
-        future.add_done_callback(self._relay.done.emit)
+        self._tasks.run(
+            lambda: probe_hardware(refresh_bandwidth=refresh_bandwidth), self._on_probed
+        )
 
     def _on_probed(self, future: Future) -> None:
         self.probing = False

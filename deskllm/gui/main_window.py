@@ -5,16 +5,18 @@ the EngineBridge, loads models, and keeps window state in the per-user gui.ini.
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
+from typing import Any
 
-from deskllm import settings as settings_mod
-from deskllm.engine.protocol import Done, Error, Exited, Loaded, LoadParams
+from deskllm.engine.errors import ErrorKind
+from deskllm.engine.protocol import Loaded, LoadParams
+from deskllm.engine.reply import Reply
 from deskllm.gui.chat_panel import NEW_TITLE, ChatPanel
 from deskllm.gui.elided_label import ElidedLabel
 from deskllm.gui.engine_bridge import EngineBridge
 from deskllm.gui.hardware_panel import HardwarePanel
 from deskllm.gui.hint_banner import HintBanner
+from deskllm.gui.live_settings import LiveSettings
 from deskllm.gui.models_panel import ModelsPanel
 from deskllm.gui.qt import (
     QAction,
@@ -33,13 +35,11 @@ from deskllm.gui.settings_dialog import SettingsDialog
 from deskllm.gui.sidebar import ConversationSidebar
 from deskllm.gui.startup_timing import FirstExpose
 from deskllm.gui.theme import apply_theme
+from deskllm.loader import params_from_settings
 from deskllm.planner.machine import remember_hardware
 from deskllm.settings import Settings
 from deskllm.store import Conversation, ConversationStore, ModelLibrary
 
-# LoadParams fields that come from the user's settings (the rest: from the app or the tests).
-_SETTINGS_FIELDS = ("n_ctx", "n_threads", "n_gpu_layers", "kv_type", "flash_attn",
-                    "kv_ram_budget_mb", "kv_disk_budget_mb")  # fmt: skip
 MODELS_HINT = (
     "You are chatting with the small starter model, so that deskllm works offline from the "
     "first minute. Larger models answer much better: see the <a href='models'>Models</a> panel."
@@ -55,17 +55,21 @@ class MainWindow(QMainWindow):
         self,
         store: ConversationStore,
         bridge: EngineBridge,
-        load_params: LoadParams,
+        model_path: str,
         gui_state: QSettings,
         settings: Settings | None = None,
         library: ModelLibrary | None = None,
+        load_overrides: dict[str, Any] | None = None,
     ) -> None:
+        """`settings`: the user's (the app reads the file; default: the defaults).
+        `load_overrides`: LoadParams fields the app fixes whatever the settings say."""
         super().__init__()
         self.store = store
         self.bridge = bridge
-        self.load_params = load_params  # what the next load uses (the current model's path)
+        self.model_path = model_path  # the model the next load uses
         self.gui_state = gui_state
-        self.settings = settings or settings_mod.load()
+        self.live_settings = LiveSettings(settings or Settings(), self)
+        self.load_overrides = dict(load_overrides or {})
         self.library = library or ModelLibrary(store.db)
         self.loaded_path: str | None = None
         self.settings_dialog: SettingsDialog | None = None
@@ -80,7 +84,7 @@ class MainWindow(QMainWindow):
         self.sidebar = ConversationSidebar(self.store)
         self.chat = ChatPanel(self.store, self.bridge, self.library, self.ensure_model)
         self.chat.input.set_send_key(self.settings.send_key)
-        self.models = ModelsPanel(self.library)
+        self.models = ModelsPanel(self.library, self.live_settings)
         self.hardware = HardwarePanel()
         # The planner (load checks, Discover's fit badges) reuses the panel's report instead
         # of probing again.
@@ -121,6 +125,8 @@ class MainWindow(QMainWindow):
         self._action(chat, "Se&ttings…", self.open_settings, QKeySequence("Ctrl+,"))
         chat.addSeparator()
         self._action(chat, "&Quit", self.close, QKeySequence.StandardKey.Quit)
+        engine = self.menuBar().addMenu("&Engine")
+        self._action(engine, "&Restart engine", self.restart_engine, QKeySequence("Ctrl+Shift+R"))
         view = self.menuBar().addMenu("&View")
         for index, name in enumerate(("&Chat", "&Models", "&Hardware")):
             show = lambda i=index: self.tabs.setCurrentIndex(i)  # noqa: E731
@@ -145,6 +151,7 @@ class MainWindow(QMainWindow):
         self.models.load_requested.connect(self._load_from_models_panel)
         self.models.unload_requested.connect(self.bridge.unload)
         self.hint.link_activated.connect(lambda _href: self.tabs.setCurrentWidget(self.models))
+        self.live_settings.changed.connect(self._settings_changed)
         bridge = self.bridge
         bridge.load_progress.connect(self._load_progress)
         bridge.loaded.connect(self._model_loaded)
@@ -186,11 +193,21 @@ class MainWindow(QMainWindow):
         super().closeEvent(event)
 
     # Model -----------------------------------------------------------------------------------
+    @property
+    def settings(self) -> Settings:
+        return self.live_settings.value
+
+    @property
+    def load_params(self) -> LoadParams:
+        """What the next load asks for: the current model with the settings as they are now
+        (the loader resolves automatic GPU offload and the defaults at load time)."""
+        return params_from_settings(self.settings, self.model_path, **self.load_overrides)
+
     def load_model(self, model_path: str | None = None) -> None:
         """Load `model_path` (default: the current one) with the current settings."""
         if model_path is not None:
-            self.load_params = dataclasses.replace(self.load_params, model_path=model_path)
-        path = self.load_params.model_path
+            self.model_path = model_path
+        path = self.model_path
         self.chat.set_model_ready(False)
         self.model_label.setText(f"Loading {Path(path).name}…")
         self.load_bar.setValue(0)
@@ -202,12 +219,12 @@ class MainWindow(QMainWindow):
         """Before a reply: load the conversation's own model if another one is loaded. The
         load is queued on the bridge's thread ahead of the reply, so the reply waits for it."""
         wanted = conversation.model
-        if not wanted or _same_file(wanted, self.load_params.model_path):
+        if not wanted or _same_file(wanted, self.model_path):
             return
         if not Path(wanted).is_file():
             self.statusBar().showMessage(
                 f"{Path(wanted).name} is missing; this chat uses "
-                f"{Path(self.load_params.model_path).name} instead",
+                f"{Path(self.model_path).name} instead",
                 10000,
             )
             return
@@ -249,7 +266,7 @@ class MainWindow(QMainWindow):
 
     # Conversations ---------------------------------------------------------------------------
     def new_conversation(self) -> None:
-        conversation = self.store.create(NEW_TITLE, model=self.load_params.model_path)
+        conversation = self.store.create(NEW_TITLE, model=self.model_path)
         self.sidebar.search.clear()
         self.sidebar.refresh(select=conversation.id)
         self._show_conversation(conversation.id)
@@ -260,7 +277,16 @@ class MainWindow(QMainWindow):
         if conversation_id != self.chat.conversation_id:
             self.chat.show_conversation(conversation_id)
 
+    def restart_engine(self) -> None:
+        """End the engine process (a stuck one too) and load the model in a fresh one."""
+        self.chat.set_model_ready(False)
+        self.model_label.setText(f"Restarting the engine with {Path(self.model_path).name}…")
+        self.load_bar.setValue(0)
+        self.load_bar.show()
+        self.bridge.restart()
+
     def _conversation_deleted(self, conversation_id: str) -> None:
+        self.bridge.forget(conversation_id)
         if conversation_id != self.chat.conversation_id:
             return
         remaining = self.sidebar.ids() or [c.id for c in self.store.list(limit=1)]
@@ -277,20 +303,21 @@ class MainWindow(QMainWindow):
         self.models.set_streaming(True)
         self.readouts.clear()
 
-    def _turn_finished(self, conversation_id: str, event: object) -> None:
+    def _turn_finished(self, conversation_id: str, reply: Reply) -> None:
         self.sidebar.set_busy(None)
         self.sidebar.refresh(select=self.chat.conversation_id)
         self.models.set_streaming(False)
-        if isinstance(event, Done):
-            self.readouts.show_metrics(event.metrics, final=True)
-        elif isinstance(event, Error):
-            self.statusBar().showMessage(f"The reply failed: {event.message}", 15000)
-        elif isinstance(event, Exited):
+        error = reply.error
+        if reply.done is not None:
+            self.readouts.show_metrics(reply.done.metrics, final=True)
+        elif error is not None and error.kind in (ErrorKind.EXITED, ErrorKind.HUNG):
             self.statusBar().showMessage(
-                f"The engine stopped: {event.reason}. The reply so far is saved; the next "
+                f"The engine stopped: {error.reason}. The reply so far is saved; the next "
                 "message starts a fresh engine.",
                 30000,
             )
+        elif error is not None:
+            self.statusBar().showMessage(f"The reply failed: {error.reason}", 30000)
 
     # Settings --------------------------------------------------------------------------------
     def open_settings(self) -> None:
@@ -299,15 +326,15 @@ class MainWindow(QMainWindow):
         self.settings_dialog.open()
 
     def apply_settings(self, new: Settings) -> None:
-        """Theme and send key now; engine settings on the next load."""
-        old, self.settings = self.settings, new
+        """Hand saved settings to every subscriber (LiveSettings.changed)."""
+        self.live_settings.replace(new)
+
+    def _settings_changed(self, new: Settings, changes: dict[str, str]) -> None:
+        """Theme and send key now; engine settings on the next load (load_params reads the
+        settings at each load)."""
         apply_theme(QApplication.instance(), new.theme)
         self.chat.input.set_send_key(new.send_key)
-        fresh = new.load_params(self.load_params.model_path)
-        changes = {name: getattr(fresh, name) for name in _SETTINGS_FIELDS}
-        self.load_params = dataclasses.replace(self.load_params, **changes)
-        path = self.load_params.model_path
-        if old.load_params(path) != fresh or old.models_dir != new.models_dir:
+        if "next_load" in changes.values():
             self.statusBar().showMessage(
                 "Settings saved. Engine settings apply when the model is next loaded.", 15000
             )

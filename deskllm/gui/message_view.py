@@ -14,10 +14,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-# Not re-exported by deskllm.gui.qt yet.
-from PySide6.QtGui import QTextCharFormat, QTextCursor, QTextFormat
-from PySide6.QtWidgets import QTextBrowser
-
 from deskllm.gui.chat_render import (
     ROLE_TITLES,
     Block,
@@ -40,7 +36,11 @@ from deskllm.gui.qt import (
     QPalette,
     QSizePolicy,
     Qt,
+    QTextBrowser,
+    QTextCharFormat,
+    QTextCursor,
     QTextDocument,
+    QTextFormat,
     QToolButton,
     QUrl,
     QVBoxLayout,

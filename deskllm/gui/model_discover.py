@@ -1,7 +1,7 @@
 """Discover: search Hugging Face for GGUF models, see each quantization of a repo planned for
 this machine (memory at the chosen context, fit, quality), and download one.
 
-Hub calls and planning run on a worker thread (BackgroundCalls); downloads run in the
+Hub calls and planning run on a worker thread (TaskRunner); downloads run in the
 DownloadBridge's queue. Answers that arrive after the user moved on are dropped.
 
 Signals:
@@ -17,7 +17,6 @@ from deskllm.catalog.hub_types import SORTS, SearchResult
 from deskllm.catalog.quants import kl_divergence, quality_rank
 from deskllm.downloads import DownloadState, Progress
 from deskllm.downloads.units import human_bytes
-from deskllm.gui.background import BackgroundCalls
 from deskllm.gui.download_bridge import DownloadBridge
 from deskllm.gui.download_row import DownloadRow
 from deskllm.gui.qt import (
@@ -39,6 +38,7 @@ from deskllm.gui.qt import (
     QWidget,
     Signal,
 )
+from deskllm.gui.tasks import TaskRunner
 from deskllm.planner.fit import QuantPlan
 from deskllm.planner.plan_model import ModelPlan
 
@@ -114,7 +114,7 @@ class DiscoverView(QWidget):
         self.rows: dict[int, DownloadRow] = {}
         self._search_token = 0
         self._plan_token = 0
-        self._calls = BackgroundCalls("catalog", self)
+        self._calls = TaskRunner("catalog", self)
         self._hub_catalog: HubCatalog | None = None
         self.search_edit = QLineEdit()
         self.search_edit.setPlaceholderText("Search Hugging Face for GGUF models")

@@ -14,9 +14,8 @@ from __future__ import annotations
 from concurrent.futures import Future
 from pathlib import Path
 
-from deskllm import settings as settings_mod
-from deskllm.gui.background import BackgroundCalls
 from deskllm.gui.download_bridge import DownloadBridge
+from deskllm.gui.live_settings import LiveSettings
 from deskllm.gui.model_discover import DiscoverView
 from deskllm.gui.qt import (
     QDesktopServices,
@@ -35,6 +34,8 @@ from deskllm.gui.qt import (
     QWidget,
     Signal,
 )
+from deskllm.gui.tasks import TaskRunner
+from deskllm.settings import Settings
 from deskllm.store import InstalledModel, ModelLibrary, open_database
 from deskllm.store.library_import import ImportResult, import_known_folders, import_path
 
@@ -76,14 +77,16 @@ class ModelsPanel(QWidget):
     load_requested = Signal(str)
     unload_requested = Signal()
 
-    def __init__(self, library: ModelLibrary, parent: QWidget | None = None) -> None:
+    def __init__(
+        self, library: ModelLibrary, settings: LiveSettings, parent: QWidget | None = None
+    ) -> None:
         super().__init__(parent)
         self.library = library
         self.db_path = _database_path(library)
         self.loaded_path: str | None = None
         self.loading = False
         self.streaming = False  # a reply is being written: the engine is taken
-        self._calls = BackgroundCalls("library", self)
+        self._calls = TaskRunner("library", self)
         self.list = QListWidget()
         self.details = QLabel()
         self.details.setWordWrap(True)
@@ -100,8 +103,9 @@ class ModelsPanel(QWidget):
         self.progress.hide()
         self.status = QLabel()
         self.status.setWordWrap(True)
-        self.downloads = DownloadBridge(self.db_path, self)
-        self.discover = DiscoverView(self.downloads, settings_mod.load().n_ctx)
+        self.downloads = DownloadBridge(self.db_path, self, settings.value.models_path())
+        self.discover = DiscoverView(self.downloads, settings.value.n_ctx)
+        settings.changed.connect(self._settings_changed)
         self.tabs = QTabWidget()
         self.tabs.addTab(self._installed_tab(), "Installed")
         self.tabs.addTab(self.discover, "Discover")
@@ -120,6 +124,10 @@ class ModelsPanel(QWidget):
         self.discover.download_finished.connect(lambda _path: self.refresh())
         self.refresh()
         self.downloads.start()  # unfinished downloads of the last run continue
+
+    def _settings_changed(self, new: Settings, changes: dict[str, str]) -> None:
+        if "models_dir" in changes:
+            self.downloads.set_models_dir(new.models_path())
 
     def _installed_tab(self) -> QWidget:
         buttons = QHBoxLayout()

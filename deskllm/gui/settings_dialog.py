@@ -1,6 +1,7 @@
-"""The Settings dialog: engine settings (apply when the model is next loaded) and appearance
-and input (apply at once). Values are checked with Settings.validate(); the problems are shown
-and nothing is saved until they are fixed.
+"""The Settings dialog, built from the settings' own declarations (deskllm.settings.specs):
+engine settings apply when the model is next loaded, appearance and input at once. Values are
+checked with Settings.validate(); the problems are shown and nothing is saved until they are
+fixed.
 
 Signals:
     saved(Settings): valid settings were written with settings.save().
@@ -9,10 +10,10 @@ Signals:
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from deskllm import paths
 from deskllm import settings as settings_mod
-from deskllm.gui.chat_input import SEND_KEYS
 from deskllm.gui.qt import (
     QCheckBox,
     QComboBox,
@@ -30,80 +31,106 @@ from deskllm.gui.qt import (
     QWidget,
     Signal,
 )
-from deskllm.settings import GPU_OFFLOAD_MODES, KV_TYPES, Settings
+from deskllm.settings import Settings, SettingSpec
 
-GPU_MODE_LABELS = {"auto": "Automatic", "manual": "Manual: a number of layers", "off": "Off"}
-THEME_LABELS = {"system": "Follow the system", "light": "Light", "dark": "Dark"}
-SEND_KEY_LABELS = {"enter": "Enter sends, Shift+Enter new line",
-                   "ctrl+enter": "Ctrl+Enter sends, Enter new line"}  # fmt: skip
-
-
-def _combo(labels: dict[str, str], current: str) -> QComboBox:
-    box = QComboBox()
-    for value, label in labels.items():
-        box.addItem(label, value)
-    box.setCurrentIndex(max(0, box.findData(current)))
-    return box
+GROUP_TITLES = {
+    "next_load": "Engine — applies when the model is next loaded",
+    "now": "Models, appearance and input — apply at once",
+}
+SPIN_LIMIT = 1 << 30
 
 
-def _spin(low: int, high: int, value: int, suffix: str = "") -> QSpinBox:
+class _FolderField(QWidget):
+    """A folder path with a Choose… button."""
+
+    def __init__(self, value: str, placeholder: str, title: str) -> None:
+        super().__init__()
+        self.title = title
+        self.edit = QLineEdit(value)
+        self.edit.setPlaceholderText(placeholder)
+        browse = QPushButton("Choose…")
+        browse.clicked.connect(self._choose)
+        row = QHBoxLayout(self)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(self.edit, 1)
+        row.addWidget(browse)
+
+    def _choose(self) -> None:
+        chosen = QFileDialog.getExistingDirectory(
+            self, self.title, self.edit.text() or self.edit.placeholderText()
+        )
+        if chosen:
+            self.edit.setText(chosen)
+
+    def text(self) -> str:
+        return self.edit.text().strip()
+
+    def setText(self, text: str) -> None:  # noqa: N802 (Qt style, like QLineEdit)
+        self.edit.setText(text)
+
+
+def _widget(spec: SettingSpec, value: Any) -> QWidget:
+    if spec.kind == "folder":
+        return _FolderField(value, str(paths.models_dir()), spec.label)
+    if spec.choices:
+        box = QComboBox()
+        for choice, label in spec.choices.items():
+            box.addItem(label, choice)
+        box.setCurrentIndex(max(0, box.findData(value)))
+        return box
+    if isinstance(value, bool):
+        check = QCheckBox(spec.label)
+        check.setChecked(value)
+        return check
     box = QSpinBox()
-    box.setRange(low, high)
+    # Wide ranges on purpose: Settings.validate() explains a value out of range in words.
+    low = min(spec.minimum, 1) if spec.minimum is not None else 0
+    box.setRange(low, spec.maximum or SPIN_LIMIT)
     box.setValue(value)
-    box.setSuffix(suffix)
+    box.setSuffix(spec.suffix)
+    if spec.special is not None:
+        box.setSpecialValueText(spec.special[1])
+    if spec.maximum and spec.maximum > 100_000:
+        box.setSingleStep(1024)
     return box
+
+
+def _value(widget: QWidget) -> Any:
+    if isinstance(widget, _FolderField):
+        return widget.text()
+    if isinstance(widget, QComboBox):
+        return widget.currentData()
+    if isinstance(widget, QCheckBox):
+        return widget.isChecked()
+    return widget.value()
 
 
 class SettingsDialog(QDialog):
+    """Attributes:
+    widgets: the editor of each setting, by field name (QComboBox, QCheckBox, QSpinBox or
+        a folder field)."""
+
     saved = Signal(object)
 
     def __init__(self, current: Settings, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Settings")
         self.current = current
-        engine = QGroupBox("Engine — applies when the model is next loaded")
-        form = QFormLayout(engine)
-        self.models_dir = QLineEdit(current.models_dir)
-        self.models_dir.setPlaceholderText(str(paths.models_dir()))
-        browse = QPushButton("Choose…")
-        browse.clicked.connect(self._choose_models_dir)
-        row = QHBoxLayout()
-        row.addWidget(self.models_dir, 1)
-        row.addWidget(browse)
-        form.addRow("Models folder", row)
-        self.threads = _spin(0, 1024, current.n_threads)
-        self.threads.setSpecialValueText("Automatic (one per physical core)")
-        form.addRow("CPU threads", self.threads)
-        # Wide ranges on purpose: Settings.validate() explains a bad value in words.
-        self.n_ctx = _spin(1, 1 << 20, current.n_ctx, " tokens")
-        self.n_ctx.setSingleStep(1024)
-        form.addRow("Default context length", self.n_ctx)
-        self.kv_type = QComboBox()
-        self.kv_type.addItems(list(KV_TYPES))
-        self.kv_type.setCurrentText(current.kv_type)
-        form.addRow("KV cache type", self.kv_type)
-        self.flash_attn = QCheckBox("Flash attention")
-        self.flash_attn.setChecked(current.flash_attn)
-        form.addRow("", self.flash_attn)
-        self.gpu_mode = _combo({m: GPU_MODE_LABELS[m] for m in GPU_OFFLOAD_MODES},
-                               current.gpu_offload)  # fmt: skip
-        self.gpu_layers = _spin(-1, 999, current.n_gpu_layers, " layers")
-        self.gpu_layers.setSpecialValueText("all layers")
-        self.gpu_mode.currentIndexChanged.connect(self._gpu_mode_changed)
-        form.addRow("GPU offload", self.gpu_mode)
-        form.addRow("GPU layers", self.gpu_layers)
-        self.kv_ram = _spin(0, 1 << 20, current.kv_ram_budget_mb, " MiB")
-        form.addRow("Prompt cache in RAM", self.kv_ram)
-        self.kv_disk = _spin(0, 1 << 24, current.kv_disk_budget_mb, " MiB")
-        form.addRow("Prompt cache on disk", self.kv_disk)
-
-        now = QGroupBox("Appearance and input — apply at once")
-        form_now = QFormLayout(now)
-        self.send_key = _combo({k: SEND_KEY_LABELS[k] for k in SEND_KEYS}, current.send_key)
-        form_now.addRow("Send key", self.send_key)
-        self.theme = _combo(THEME_LABELS, current.theme)
-        form_now.addRow("Theme", self.theme)
-
+        self.widgets: dict[str, QWidget] = {}
+        groups = {key: QGroupBox(title) for key, title in GROUP_TITLES.items()}
+        forms = {key: QFormLayout(box) for key, box in groups.items()}
+        for name, spec in settings_mod.specs().items():
+            widget = _widget(spec, getattr(current, name))
+            self.widgets[name] = widget
+            label = "" if isinstance(widget, QCheckBox) else spec.label
+            forms[spec.applies].addRow(label, widget)
+            if spec.help:
+                widget.setToolTip(spec.help)
+        for spec in settings_mod.specs().values():
+            if spec.enabled_when is not None:
+                other = self.widgets[spec.enabled_when[0]]
+                if isinstance(other, QComboBox):
+                    other.currentIndexChanged.connect(self._update_enabled)
         self.problems = QLabel()
         self.problems.setWordWrap(True)
         font = self.problems.font()
@@ -116,38 +143,34 @@ class SettingsDialog(QDialog):
         self.buttons.accepted.connect(self.save)
         self.buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
-        layout.addWidget(engine)
-        layout.addWidget(now)
+        for box in groups.values():
+            layout.addWidget(box)
         layout.addWidget(self.problems)
         layout.addWidget(self.buttons)
-        self._gpu_mode_changed()
+        self._update_enabled()
 
-    def _gpu_mode_changed(self) -> None:
-        self.gpu_layers.setEnabled(self.gpu_mode.currentData() == "manual")
+    def _update_enabled(self) -> None:
+        for name, spec in settings_mod.specs().items():
+            if spec.enabled_when is not None:
+                other, wanted = spec.enabled_when
+                self.widgets[name].setEnabled(_value(self.widgets[other]) == wanted)
 
-    def _choose_models_dir(self) -> None:
-        chosen = QFileDialog.getExistingDirectory(
-            self, "Models folder", self.models_dir.text() or self.models_dir.placeholderText()
-        )
-        if chosen:
-            self.models_dir.setText(chosen)
+    def set_value(self, name: str, value: Any) -> None:
+        """Put `value` in the editor of setting `name` (as a user would)."""
+        widget = self.widgets[name]
+        if isinstance(widget, _FolderField):
+            widget.setText(value)
+        elif isinstance(widget, QComboBox):
+            widget.setCurrentIndex(widget.findData(value))
+        elif isinstance(widget, QCheckBox):
+            widget.setChecked(value)
+        else:
+            widget.setValue(value)
 
     def edited(self) -> Settings:
         """The settings as edited (not yet checked or saved)."""
-        return dataclasses.replace(
-            self.current,
-            models_dir=self.models_dir.text().strip(),
-            n_threads=self.threads.value(),
-            n_ctx=self.n_ctx.value(),
-            kv_type=self.kv_type.currentText(),
-            flash_attn=self.flash_attn.isChecked(),
-            gpu_offload=self.gpu_mode.currentData(),
-            n_gpu_layers=self.gpu_layers.value(),
-            kv_ram_budget_mb=self.kv_ram.value(),
-            kv_disk_budget_mb=self.kv_disk.value(),
-            send_key=self.send_key.currentData(),
-            theme=self.theme.currentData(),
-        )
+        values = {name: _value(widget) for name, widget in self.widgets.items()}
+        return dataclasses.replace(self.current, **values)
 
     def save(self) -> None:
         """Check, then save and close; with problems, list them and stay open."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from deskllm.gui.qt import QApplication, QColor, QPalette, Qt
 
-THEMES = ("system", "light", "dark")
 _SCHEMES = {"light": Qt.ColorScheme.Light, "dark": Qt.ColorScheme.Dark}
 
 

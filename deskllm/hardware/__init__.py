@@ -1,7 +1,7 @@
 """What this machine can run models on: CPU, memory, GPUs through every API, the engine's
 devices, measured memory bandwidth and a plain-words diagnosis. Qt-free.
 
-    report = probe_hardware()            # call off the GUI thread, or probe_in_background()
+    report = probe_hardware()            # blocking: the GUI calls it on a TaskRunner
     json.dumps(report_to_dict(report))   # the `deskllm hw --json` shape
 
 Names are resolved on first use (PEP 562): the probe's child process imports
@@ -14,7 +14,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from deskllm.hardware.probe import probe_hardware, probe_in_background
+    from deskllm.hardware.probe import probe_hardware
     from deskllm.hardware.report import (
         ApiStatus,
         BandwidthMeasurement,
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "probe_hardware": "deskllm.hardware.probe",
-    "probe_in_background": "deskllm.hardware.probe",
     "report_from_dict": "deskllm.hardware.serialize",
     "report_to_dict": "deskllm.hardware.serialize",
     **{
@@ -65,7 +64,6 @@ __all__ = [
     "PciDisplay",
     "ProbeError",
     "probe_hardware",
-    "probe_in_background",
     "report_from_dict",
     "report_to_dict",
 ]

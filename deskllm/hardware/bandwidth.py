@@ -10,16 +10,15 @@ decoding reaches some fraction of it.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
-import platform
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
 from deskllm import paths
+from deskllm.hardware.keys import machine_key
 from deskllm.hardware.report import BandwidthMeasurement, CpuInfo, MemoryInfo
 
 CACHE_FILE = "memory-bandwidth.json"
@@ -36,21 +35,6 @@ def decode_ceiling_tokens_per_s(bandwidth_gbps: float, bytes_per_token: int) -> 
     if bytes_per_token <= 0:
         raise ValueError("bytes_per_token must be positive")
     return bandwidth_gbps * 1e9 / bytes_per_token
-
-
-def machine_key(cpu: CpuInfo, memory: MemoryInfo) -> str:
-    """Identifies this machine, so a shared or roaming data dir never reuses another's result."""
-    ram_quarter_gib = round(memory.total_bytes / (256 * _MIB))  # firmware reserves vary a little
-    ident = "|".join(
-        [
-            platform.node(),
-            platform.machine(),
-            cpu.name,
-            str(cpu.cores_logical),
-            str(ram_quarter_gib),
-        ]
-    )
-    return hashlib.sha256(ident.encode()).hexdigest()[:16]
 
 
 def measure_read_bandwidth(
@@ -129,5 +113,5 @@ def _read_cache(path: Path) -> dict[str, dict]:
 
 def _write_cache(path: Path, entries: dict[str, dict]) -> None:
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(entries, indent=1, sort_keys=True), encoding="utf-8")
+    paths.write_private_text(tmp, json.dumps(entries, indent=1, sort_keys=True))
     os.replace(tmp, path)  # atomic: a second instance never reads half a file

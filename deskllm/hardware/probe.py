@@ -1,8 +1,8 @@
 """probe_hardware(): every probe, each failing on its own, assembled into one HardwareReport.
 
 The NVML, Vulkan, OpenCL and engine probes run in child processes started first, so that
-their start-up overlaps the in-process probes (CPU, memory, Metal, PCI). Call it off the GUI
-thread: `probe_in_background()` returns a Future.
+their start-up overlaps the in-process probes (CPU, memory, Metal, PCI). It blocks for a few
+hundred milliseconds: the GUI runs it on a TaskRunner.
 """
 
 from __future__ import annotations
@@ -10,10 +10,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import platform
-import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -114,26 +112,6 @@ def probe_hardware(*, bandwidth: bool = True, refresh_bandwidth: bool = False) -
         bandwidth=measured,
         probe_ms=probe_ms,
     )
-
-
-def probe_in_background(
-    *, bandwidth: bool = True, refresh_bandwidth: bool = False
-) -> Future[HardwareReport]:
-    """Run `probe_hardware` on a worker thread; the GUI connects to the Future's callback."""
-    future: Future[HardwareReport] = Future()
-
-    def run() -> None:
-        if not future.set_running_or_notify_cancel():
-            return
-        try:
-            future.set_result(
-                probe_hardware(bandwidth=bandwidth, refresh_bandwidth=refresh_bandwidth)
-            )
-        except BaseException as exc:  # delivered to whoever waits on the future
-            future.set_exception(exc)
-
-    threading.Thread(target=run, name="deskllm-hardware-probe", daemon=True).start()
-    return future
 
 
 def _unknown_cpu() -> CpuInfo:

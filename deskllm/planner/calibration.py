@@ -20,8 +20,8 @@ from pathlib import Path
 
 from sqlite_utils import Database
 
-from deskllm.catalog.gguf_header import GgufHeader
 from deskllm.engine.protocol import Loaded, LoadParams
+from deskllm.gguf.header import GgufHeader
 from deskllm.hardware.report import CpuInfo, MemoryInfo
 from deskllm.planner.memory import Corrections, EstimateParams, cpu_repack_types, estimate_memory
 from deskllm.planner.model_shape import model_shape
@@ -57,12 +57,11 @@ def this_cpu() -> CpuInfo:
 
 
 def machine_id(cpu: CpuInfo, memory: MemoryInfo) -> str:
-    """Whose loads a record describes: the machine (as the bandwidth cache keys it) and the
-    llama.cpp build in use, whose libraries and GPU runtime weigh on the engine's memory."""
-    from deskllm.engine.build import build_id
-    from deskllm.hardware.bandwidth import machine_key
+    """Whose loads a record describes: this machine with the llama.cpp build in use, whose
+    libraries and GPU runtime weigh on the engine's memory."""
+    from deskllm.hardware.keys import machine_engine_key
 
-    return f"{machine_key(cpu, memory)}/{build_id()}"
+    return machine_engine_key(cpu, memory)
 
 
 @functools.cache

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from deskllm.catalog.gguf_header import GgufHeader
 from deskllm.catalog.quants import kl_divergence
 from deskllm.engine.protocol import LoadParams
+from deskllm.gguf.header import GgufHeader
 from deskllm.hardware.report import HardwareReport
 from deskllm.planner.memory import (
     Corrections,

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from deskllm.catalog.gguf_header import GgufHeader, TensorInfo, validate_metadata
+from deskllm.gguf.header import GgufHeader, TensorInfo, validate_metadata
 
 # Architecture -> (period, dense_first, default window): every `period`-th layer is global
 # (the last of each period, or the first with dense_first). Default window where llama.cpp

@@ -28,23 +28,20 @@ def plan_model(
     model: str,
     hardware: HardwareReport,
     *,
-    n_ctx: int = 0,
-    kv_type: str | None = None,
+    n_ctx: int = 4096,
+    kv_type: str = "f16",
     gpu: str | None = None,
     corrections: Callable[[str], Corrections] | None = None,
 ) -> ModelPlan:
     """MODEL is a .gguf file, a folder of them or a Hub repo id. Raises SourceError (and the
-    catalog's errors) when nothing can be read; ValueError for an unknown `gpu`."""
-    from deskllm import settings as settings_mod
-
+    catalog's errors) when nothing can be read; ValueError for an unknown `gpu`. `n_ctx` is
+    capped by the model's training context; callers pass the user's settings."""
     sources = find_sources(model)
-    settings = settings_mod.load()
     planner = FitPlanner(hardware, target=gpu, corrections=corrections)
-    n_ctx = n_ctx or settings.n_ctx
     if sources.candidates:
         trained = sources.candidates[0].header.context_length
         n_ctx = min(n_ctx, trained) if trained else n_ctx
-    kv = kv_type or settings.kv_type
+    kv = kv_type
     plans = sorted(
         (
             QuantPlan(c.file, c.quant, c.size_bytes, planner.plan(c.header, n_ctx, kv))

@@ -7,9 +7,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from deskllm.catalog.gguf_header import GgufError, GgufHeader, read_header
 from deskllm.catalog.quant_names import group_key, parse_gguf_name, shard_of
 from deskllm.catalog.quants import file_type_name
+from deskllm.gguf.header import GgufError, GgufHeader, read_header
 
 REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 

@@ -1,8 +1,8 @@
 """SQLite store (sqlite-utils): migrations, conversations and messages, installed models."""
 
+from deskllm.database.connection import DatabaseTooNew, open_database
 from deskllm.store.conversations import Conversation, ConversationStore, Message, ReplyWriter
-from deskllm.store.db import DatabaseTooNew, open_database
-from deskllm.store.library import InstalledModel, ModelLibrary
+from deskllm.store.library import InstalledModel, ModelLibrary, ModelNotFound
 
 __all__ = [
     "Conversation",
@@ -11,6 +11,7 @@ __all__ = [
     "InstalledModel",
     "Message",
     "ModelLibrary",
+    "ModelNotFound",
     "ReplyWriter",
     "open_database",
 ]

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from sqlite_utils import Database
 
-from deskllm.catalog.gguf_header import GgufHeader, read_header
 from deskllm.catalog.quants import file_type_name
+from deskllm.gguf.header import GgufHeader, read_header
 
 log = logging.getLogger("deskllm.store")
 
@@ -69,10 +69,14 @@ def describe(header: GgufHeader, path: Path) -> dict:
 
 
 def _is_starter_file(path: str) -> bool:
-    from deskllm.starter import starter_model_path
+    from deskllm.catalog.starter import starter_model_path
 
     starter = starter_model_path()
     return starter is not None and str(starter.resolve()) == str(Path(path).resolve())
+
+
+class ModelNotFound(LookupError):
+    """No installed model matches what the user asked for."""
 
 
 class ModelLibrary:
@@ -129,13 +133,28 @@ class ModelLibrary:
                 return model
         return None
 
+    def resolve(self, name: str | None) -> str:
+        """A model argument (a .gguf path, or any part of an installed model's name; None:
+        the starter model) → a model path. Raises ModelNotFound with words for the user."""
+        if name is None:
+            starter = self.ensure_starter()
+            if starter is None:
+                raise ModelNotFound("no model given and the starter model is not installed")
+            return starter.path
+        if Path(name).expanduser().is_file():
+            return str(Path(name).expanduser())
+        found = self.find(name)
+        if found is None:
+            raise ModelNotFound(f"no installed model matches {name!r}; see `deskllm models`")
+        return found.path
+
     def missing(self) -> list[InstalledModel]:
         """Models whose file is gone (moved or deleted outside the app)."""
         return [m for m in self.list() if not m.exists]
 
     def ensure_starter(self) -> InstalledModel | None:
         """Register the bundled starter model on first start (and after it moved)."""
-        from deskllm.starter import STARTER_NAME, starter_model_path
+        from deskllm.catalog.starter import STARTER_NAME, starter_model_path
 
         path = starter_model_path()
         if path is None:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from deskllm.catalog.gguf_header import GgufError
+from deskllm.gguf.header import GgufError
 from deskllm.store.library import InstalledModel, ModelLibrary
 
 _SHARD = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)

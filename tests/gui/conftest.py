@@ -14,6 +14,7 @@ from deskllm.engine.client import EngineClient  # noqa: E402
 from deskllm.gui.engine_bridge import EngineBridge  # noqa: E402
 from deskllm.gui.main_window import MainWindow  # noqa: E402
 from deskllm.gui.qt import QSettings  # noqa: E402
+from deskllm.settings import Settings  # noqa: E402
 from deskllm.store import ConversationStore, ModelLibrary, open_database  # noqa: E402
 
 
@@ -26,8 +27,16 @@ def gui_state(deskllm_home):
 
 
 @pytest.fixture
-def make_window(qtbot, load_params, deskllm_home, gui_state):
-    """make_window(**load_param_changes): a shown MainWindow with the model loaded."""
+def load_overrides(extra_bufts, tmp_path):
+    """What the tests fix whatever the settings say: the probe's answer (already known) and
+    a KV folder of the test's own."""
+    return {"use_extra_bufts": extra_bufts, "kv_disk_dir": str(tmp_path / "kv")}
+
+
+@pytest.fixture
+def make_window(qtbot, starter_model, deskllm_home, gui_state, load_overrides):
+    """make_window(**settings_changes): a shown MainWindow with the starter model loaded, on
+    settings for this 2-core machine (2048 tokens, 2 threads, GPU offload off)."""
     bridges: list[EngineBridge] = []
 
     def make(**changes) -> MainWindow:
@@ -36,7 +45,9 @@ def make_window(qtbot, load_params, deskllm_home, gui_state):
         library.ensure_starter()  # what app.py does on every start
         bridge = EngineBridge(EngineClient(), deskllm_home / "deskllm.sqlite3")
         bridges.append(bridge)
-        win = MainWindow(store, bridge, load_params(**changes), gui_state(), library=library)
+        settings = Settings(**({"n_ctx": 2048, "n_threads": 2, "gpu_offload": "off"} | changes))
+        win = MainWindow(store, bridge, str(starter_model), gui_state(), settings, library,
+                         load_overrides)  # fmt: skip
         qtbot.addWidget(win)
         win.show()
         with qtbot.waitSignal(bridge.loaded, timeout=REPLY_TIMEOUT_MS):

@@ -24,15 +24,13 @@ def test_first_start_opens_a_new_conversation_ready_to_send(window, starter_mode
     assert len(models) == 1 and "SmolLM2" in models[0] and "loaded" in models[0]
 
 
-def test_the_models_hint_points_to_the_panel_and_stays_dismissed(
-    qtbot, window, load_params, gui_state
-):
+def test_the_models_hint_points_to_the_panel_and_stays_dismissed(qtbot, window, gui_state):
     assert window.hint.isVisible() and "Models" in window.hint.label.text()
     window.hint.label.linkActivated.emit("models")
     assert window.tabs.currentWidget() is window.models
     window.hint.close_button.click()
     assert not window.hint.isVisible()
-    again = MainWindow(window.store, window.bridge, load_params(), gui_state())
+    again = MainWindow(window.store, window.bridge, window.model_path, gui_state())
     qtbot.addWidget(again)
     assert again.hint.dismissed() and not again.hint.isVisibleTo(again)
 
@@ -82,7 +80,7 @@ def test_geometry_splitter_tab_and_last_conversation_are_restored(qtbot, window,
     sizes = window.splitter.sizes()
     window.tabs.setCurrentWidget(window.models)
     window.close()
-    again = MainWindow(window.store, window.bridge, window.load_params, gui_state())
+    again = MainWindow(window.store, window.bridge, window.model_path, gui_state())
     qtbot.addWidget(again)
     again.show()
     assert again.chat.conversation_id == chosen
@@ -90,3 +88,15 @@ def test_geometry_splitter_tab_and_last_conversation_are_restored(qtbot, window,
     assert (again.width(), again.height()) == (760, 540)
     assert again.splitter.sizes() == sizes
     assert again.tabs.currentWidget() is again.models
+
+
+def test_gui_loads_record_calibration_and_the_next_load_applies_it(qtbot, window):
+    """The window's load went through the loader with the app's database: it was recorded,
+    and the next load is planned with that record."""
+    db = window.store.db
+    assert db["calibration"].count == 1
+    assert window.bridge.loader.last_check.corrections.samples == 0
+    with qtbot.waitSignal(window.bridge.loaded, timeout=120_000):
+        window.load_model()
+    assert db["calibration"].count == 2
+    assert window.bridge.loader.last_check.corrections.samples == 1

@@ -14,6 +14,7 @@ from hub_fixtures import MAIN_REPO
 from deskllm import settings as settings_mod
 from deskllm.downloads import DownloadState
 from deskllm.downloads.partfile import lock_path, part_path, sidecar_path
+from deskllm.gui.live_settings import LiveSettings
 from deskllm.gui.models_panel import ModelsPanel
 from deskllm.gui.qt import QDesktopServices, QMessageBox
 from deskllm.store import ModelLibrary, open_database
@@ -30,7 +31,7 @@ def make_panel(qtbot, deskllm_home):
     def make() -> ModelsPanel:
         library = ModelLibrary(open_database())
         library.ensure_starter()
-        panel = ModelsPanel(library)
+        panel = ModelsPanel(library, LiveSettings(settings_mod.load()))
         qtbot.addWidget(panel)
         panel.show()
         panels.append(panel)

@@ -16,7 +16,8 @@ def test_readouts_follow_the_reply_and_its_figures_stay_on_the_message(qtbot, wi
     m = event.metrics
     # Every Metrics event (one per 0.25 s) was shown, then the final figures.
     assert window.readouts.updates - updates_before == len(events) + 1
-    assert len(window.readouts.sparkline.values) == len([e for e in events if e.tg_tps])
+    points = window.readouts.sparkline.values  # the last `maxlen` speeds (a slow machine: more)
+    assert len(points) == min(points.maxlen, len([e for e in events if e.tg_tps]))
 
     r = window.readouts
     assert re.fullmatch(r"\d+\.\d tok/s", r.speed.text())

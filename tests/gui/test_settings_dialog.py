@@ -3,6 +3,9 @@ send key and theme applied at once, engine settings on the next load."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from deskllm import paths
@@ -10,6 +13,7 @@ from deskllm import settings as settings_mod
 from deskllm.gui.qt import QApplication, QDialogButtonBox, Qt
 from deskllm.gui.settings_dialog import SettingsDialog
 from deskllm.gui.theme import apply_theme, is_dark
+from deskllm.loader import params_from_settings
 from deskllm.settings import Settings
 
 
@@ -26,13 +30,13 @@ def _save(dialog) -> None:
 
 
 def test_invalid_values_are_explained_and_not_saved(qtbot, dialog, tmp_path):
-    dialog.kv_type.setCurrentText("q8_0")  # needs flash attention, which is off
-    dialog.n_ctx.setValue(100)
+    dialog.set_value("kv_type", "q8_0")  # needs flash attention, which is off
+    dialog.set_value("n_ctx", 100)
     not_a_folder = tmp_path / "models.txt"
     not_a_folder.write_text("x")
-    dialog.models_dir.setText(str(not_a_folder))
-    dialog.gpu_mode.setCurrentIndex(dialog.gpu_mode.findData("manual"))
-    dialog.gpu_layers.setValue(0)
+    dialog.set_value("models_dir", str(not_a_folder))
+    dialog.set_value("gpu_offload", "manual")
+    dialog.set_value("n_gpu_layers", 0)
     _save(dialog)
     assert dialog.isVisible() and dialog.result() == 0
     problems = dialog.problems.text()
@@ -45,15 +49,16 @@ def test_invalid_values_are_explained_and_not_saved(qtbot, dialog, tmp_path):
 def test_valid_values_are_saved(qtbot, dialog):
     saved = []
     dialog.saved.connect(saved.append)
-    dialog.kv_type.setCurrentText("q8_0")
-    dialog.flash_attn.setChecked(True)
-    dialog.n_ctx.setValue(8192)
-    dialog.threads.setValue(2)
-    dialog.gpu_mode.setCurrentIndex(dialog.gpu_mode.findData("manual"))
-    assert dialog.gpu_layers.isEnabled()
-    dialog.gpu_layers.setValue(12)
-    dialog.kv_ram.setValue(256)
-    dialog.send_key.setCurrentIndex(dialog.send_key.findData("ctrl+enter"))
+    assert not dialog.widgets["n_gpu_layers"].isEnabled()  # only with manual offload
+    dialog.set_value("kv_type", "q8_0")
+    dialog.set_value("flash_attn", True)
+    dialog.set_value("n_ctx", 8192)
+    dialog.set_value("n_threads", 2)
+    dialog.set_value("gpu_offload", "manual")
+    assert dialog.widgets["n_gpu_layers"].isEnabled()
+    dialog.set_value("n_gpu_layers", 12)
+    dialog.set_value("kv_ram_budget_mb", 256)
+    dialog.set_value("send_key", "ctrl+enter")
     _save(dialog)
     assert not dialog.isVisible() and dialog.result() == 1
     stored = settings_mod.load()
@@ -62,15 +67,24 @@ def test_valid_values_are_saved(qtbot, dialog):
         "q8_0", True, 8192, 2)  # fmt: skip
     assert (stored.gpu_offload, stored.n_gpu_layers, stored.kv_ram_budget_mb) == ("manual", 12, 256)
     assert stored.send_key == "ctrl+enter"
-    assert stored.load_params("/m.gguf").n_gpu_layers == 12
+    assert params_from_settings(stored, "/m.gguf").n_gpu_layers == 12
+
+
+def test_every_setting_has_an_editor_with_its_declared_choices(dialog):
+    for name, spec in settings_mod.specs().items():
+        widget = dialog.widgets[name]
+        if spec.choices:
+            values = [widget.itemData(i) for i in range(widget.count())]
+            assert values == list(spec.choices), name
+    assert dialog.edited() == Settings()
 
 
 def test_gpu_offload_modes_map_to_layers():
-    auto = Settings(gpu_offload="auto").load_params("/m.gguf")
+    auto = params_from_settings(Settings(gpu_offload="auto"), "/m.gguf")
     assert auto.gpu_auto and auto.n_gpu_layers == 0  # the planner decides at load time
-    off = Settings(gpu_offload="off", n_gpu_layers=30).load_params("/m.gguf")
+    off = params_from_settings(Settings(gpu_offload="off", n_gpu_layers=30), "/m.gguf")
     assert not off.gpu_auto and off.n_gpu_layers == 0
-    manual = Settings(gpu_offload="manual", n_gpu_layers=30).load_params("/m.gguf")
+    manual = params_from_settings(Settings(gpu_offload="manual", n_gpu_layers=30), "/m.gguf")
     assert not manual.gpu_auto and manual.n_gpu_layers == 30
 
 
@@ -78,9 +92,9 @@ def test_send_key_and_theme_apply_at_once_engine_settings_on_the_next_load(qtbot
     app = QApplication.instance()
     window.open_settings()
     dialog = window.settings_dialog
-    dialog.send_key.setCurrentIndex(dialog.send_key.findData("ctrl+enter"))
-    dialog.theme.setCurrentIndex(dialog.theme.findData("dark"))
-    dialog.n_ctx.setValue(1024)
+    dialog.set_value("send_key", "ctrl+enter")
+    dialog.set_value("theme", "dark")
+    dialog.set_value("n_ctx", 1024)
     try:
         _save(dialog)
         assert is_dark(app.palette())
@@ -104,3 +118,26 @@ def test_send_key_and_theme_apply_at_once_engine_settings_on_the_next_load(qtbot
         apply_theme(app, "system")
     assert not is_dark(app.palette())
     qtbot.waitUntil(lambda: not is_dark(window.chat.scroll.widget().palette()))
+
+
+def test_gpu_offload_automatic_off_automatic_changes_the_next_load(qtbot, make_window):
+    """Automatic → Off → the next load has no GPU layers; Off → Automatic → the planner's
+    layers (planned here for a recorded laptop with an 8 GB GPU, so Automatic means all 31)."""
+    from deskllm.hardware import report_from_dict
+    from deskllm.planner.machine import remember_hardware
+
+    profile = Path(__file__).parent.parent / "data" / "hardware" / "laptop_rtx4070_8gb.json"
+    remember_hardware(report_from_dict(json.loads(profile.read_text())))
+    try:
+        window = make_window(gpu_offload="auto")
+        assert window.bridge.client.params.n_gpu_layers == 31
+        for mode, layers in (("off", 0), ("auto", 31)):
+            window.open_settings()
+            window.settings_dialog.set_value("gpu_offload", mode)
+            _save(window.settings_dialog)
+            with qtbot.waitSignal(window.bridge.loaded, timeout=120_000) as loaded:
+                window.load_model()
+            assert window.bridge.client.params.n_gpu_layers == layers, mode
+            assert loaded.args[0].n_gpu_layers == layers
+    finally:
+        remember_hardware(None)

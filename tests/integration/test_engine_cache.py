@@ -124,7 +124,7 @@ def test_context_overflow_drops_oldest_turns_but_keeps_the_system_prompt(load_pa
         # A single message that cannot fit is a clear error, and the engine keeps working.
         huge = collect(client.chat(uuid.uuid4().hex, [ChatMessage("user", PARAGRAPH * 60)],
                                    SHORT))
-        assert huge.final.kind == "context" and "does not fit" in huge.final.message
+        assert huge.final.kind == "context" and "does not fit" in huge.final.reason
         assert collect(client.chat(uuid.uuid4().hex, [long_history[-1]], SHORT)).done.text
 
 

@@ -82,7 +82,7 @@ def test_system_prompt_reaches_the_model(engine):
 def test_stop_during_decode_keeps_the_partial_reply(engine):
     s = Sampling(temperature=0.0, max_tokens=2000, ignore_eos=True)
     deltas, final, cancelled_at = [], None, None
-    for event in engine.chat(uuid.uuid4().hex, ask("Write a very long story."), s):
+    for event in engine.chat(uuid.uuid4().hex, ask("Write a very long story."), s).events():
         if isinstance(event, TextDelta):
             deltas.append(event.text)
             if len(deltas) == 10:
@@ -120,7 +120,7 @@ def test_second_request_waits_or_is_refused(engine):
     results: dict[str, object] = {}
 
     def first() -> None:
-        for event in engine.chat("busy-1", ask("Tell a story."), s):
+        for event in engine.chat("busy-1", ask("Tell a story."), s).events():
             started.set()
             if isinstance(event, Done):
                 results["first"] = event

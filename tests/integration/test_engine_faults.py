@@ -5,13 +5,15 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import time
 import uuid
 from pathlib import Path
 
 import pytest
 from engine_helpers import collect
 
-from deskllm.engine.client import EngineClient, EngineError
+from deskllm.engine.client import CRASH_LIMIT, EngineClient
+from deskllm.engine.errors import EngineError, ErrorKind
 from deskllm.engine.protocol import (
     ChatMessage,
     Done,
@@ -23,8 +25,8 @@ from deskllm.engine.protocol import (
     Shutdown,
     TextDelta,
 )
-from deskllm.session import ChatSession
 from deskllm.store import ConversationStore, open_database
+from deskllm.store.chat_session import ChatSession
 
 LONG = Sampling(temperature=0.0, max_tokens=1000, ignore_eos=True)
 SHORT = Sampling(temperature=0.0, max_tokens=8)
@@ -39,7 +41,7 @@ def test_engine_death_mid_reply_is_reported_and_survived(load_params, sig):
         first_pid = client.pid
         session = ChatSession(client, store)
         deltas, final = [], None
-        for event in session.send(conversation.id, "Tell me a long story.", LONG):
+        for event in session.send(conversation.id, "Tell me a long story.", LONG).events():
             if isinstance(event, TextDelta):
                 deltas.append(event.text)
                 if len(deltas) == 20:
@@ -119,7 +121,7 @@ def test_worker_answers_a_bad_file_with_an_error_event(load_params, tmp_path, st
             parent.send(Load(load_params(model_path=str(path))))
             event = _worker_events(parent, (Error, Loaded))
             assert isinstance(event, Error), event
-            assert event.kind == "bad_model" and event.message
+            assert event.kind == "bad_model" and event.reason
         parent.send(Load(load_params()))
         assert isinstance(_worker_events(parent, (Error, Loaded)), Loaded)
         assert process.is_alive()
@@ -145,7 +147,7 @@ def test_load_reports_progress(load_params):
 def test_chat_without_a_model_is_a_clear_error():
     with EngineClient() as client:
         got = collect(client.chat("none", [ChatMessage("user", "Hi")], SHORT))
-    assert isinstance(got.final, Error) and "no model" in got.final.message
+    assert isinstance(got.final, Error) and "no model" in got.final.reason
 
 
 def test_unload_frees_the_model(load_params):
@@ -156,3 +158,59 @@ def test_unload_frees_the_model(load_params):
         assert status is not None and not status.loaded
         got = collect(client.chat("after-unload", [ChatMessage("user", "Hi")], SHORT))
         assert isinstance(got.final, Error)
+
+
+def test_a_hung_engine_is_ended_and_reported(load_params):
+    """A worker that stops making progress (here: stopped with SIGSTOP mid-reply, as a
+    deadlocked driver would leave it) is killed after the hang deadline, the reply ends with
+    an error of kind HUNG, and the next request gets a fresh engine."""
+    with EngineClient(hang_timeout_s=3.0) as client:
+        client.load(load_params())
+        first_pid = client.pid
+        reply = client.chat("hang", [ChatMessage("user", "Tell me a long story.")], LONG)
+        started = None
+        for _text in reply:
+            if started is None:
+                started = time.monotonic()
+                os.kill(client.pid, signal.SIGSTOP)
+        assert reply.error is not None and reply.error.kind == ErrorKind.HUNG
+        assert "stopped answering for 3 s" in reply.error.reason
+        assert time.monotonic() - started < 30
+        again = client.chat("hang", [ChatMessage("user", "Hi")], SHORT).wait()
+        assert again.ok and client.pid not in (None, first_pid)
+
+
+def test_a_busy_engine_that_makes_progress_is_not_taken_for_hung(load_params):
+    """A long prompt evaluation sends no text for seconds; the heartbeat keeps it alive."""
+    with EngineClient(hang_timeout_s=2.5) as client:
+        client.load(load_params(n_ctx=2048, n_threads=1))
+        long_prompt = "The lighthouse keeper wrote in her log every evening. " * 150
+        reply = client.chat("slow", [ChatMessage("user", long_prompt)], SHORT).wait()
+        assert reply.ok, reply.error
+        assert reply.metrics.ttft_s > 2.5  # slower than the deadline, and not ended
+
+
+def test_a_model_that_keeps_killing_the_engine_is_not_reloaded_by_itself(load_params):
+    with EngineClient() as client:
+        client.load(load_params())
+        for _ in range(CRASH_LIMIT):
+            reply = client.chat("crashes", [ChatMessage("user", "Tell a story.")], LONG)
+            for _text in reply:
+                os.kill(client.pid, signal.SIGKILL)
+            assert reply.error is not None and reply.error.kind == ErrorKind.EXITED
+        refused = client.chat("crashes", [ChatMessage("user", "Hi")], SHORT).wait()
+        assert refused.error is not None and refused.error.kind == ErrorKind.CRASH_LOOP
+        assert f"{CRASH_LIMIT} times in a row" in refused.error.reason
+        assert client.pid is None  # nothing was started again
+        client.load(load_params())  # the user asks again: it is tried
+        assert client.chat("crashes", [ChatMessage("user", "Hi")], SHORT).wait().ok
+
+
+def test_restart_gives_a_fresh_engine_with_the_same_model(load_params):
+    with EngineClient() as client:
+        first = client.load(load_params())
+        first_pid = client.pid
+        again = client.restart()
+        assert again is not None and again.model_path == first.model_path
+        assert client.pid not in (None, first_pid)
+        assert client.chat("restart", [ChatMessage("user", "Hi")], SHORT).wait().ok

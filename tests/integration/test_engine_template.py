@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from engine_helpers import collect
 
-from deskllm.catalog.gguf_header import read_header
 from deskllm.engine.client import EngineClient
 from deskllm.engine.protocol import ChatMessage, Error, Sampling
+from deskllm.gguf.header import read_header
 
 SHORT = Sampling(temperature=0.0, max_tokens=8)
 ESCAPE = (

@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from deskllm.hardware import HardwareReport, probe_hardware, report_from_dict, report_to_dict
-from deskllm.hardware.cli import register
+from deskllm.cli.hw import register
+from deskllm.hardware import probe_hardware, report_from_dict, report_to_dict
 from deskllm.hardware.engine_devices import cpu_variant_from_file, read_engine
-from deskllm.hardware.probe import probe_in_background
 from deskllm.hardware.report import EngineProbe
 from deskllm.hardware.serialize import from_plain
 
@@ -69,12 +68,6 @@ def test_probe_time_is_measured() -> None:
     assert len(times) == 3 and all(t > 0 for t in times)
     # The 300 ms budget is a benchmark (bench/hardware_probe.py), not a test: timings on a
     # shared machine are noise.
-
-
-def test_background_probe_delivers_a_report() -> None:
-    future = probe_in_background(bandwidth=False)
-    report = future.result(timeout=60)
-    assert isinstance(report, HardwareReport) and report.probe_ms > 0
 
 
 def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:

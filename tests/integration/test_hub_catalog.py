@@ -23,9 +23,9 @@ from hub_fixtures import (
 )
 from hub_server import FakeHub
 
-from deskllm.catalog.gguf_header import read_header
 from deskllm.catalog.hub import GatedRepoAccess, HubCatalog, HubOffline, RepoNotFound
 from deskllm.catalog.remote_header import combine_parts, fetch_remote_header, remote_header
+from deskllm.gguf.header import read_header
 
 
 def sha256(path: Path) -> str:

@@ -14,7 +14,7 @@ from hub_server import FakeHub
 from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_download, hf_hub_url
 from huggingface_hub.errors import GatedRepoError, RemoteEntryNotFoundError
 
-from deskllm.catalog.gguf_header import read_header
+from deskllm.gguf.header import read_header
 
 
 def sha256(path: Path) -> str:

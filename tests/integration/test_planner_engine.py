@@ -11,10 +11,12 @@ import psutil
 import pytest
 from planner_models import write_sparse_gguf
 
-from deskllm.catalog.gguf_header import read_header
-from deskllm.engine.client import EngineClient, EngineError
+from deskllm.engine.client import EngineClient
+from deskllm.engine.errors import EngineError
 from deskllm.engine.protocol import LoadParams
+from deskllm.gguf.header import read_header
 from deskllm.hardware.report import MemoryInfo
+from deskllm.loader import ModelLoader
 from deskllm.planner import FitPlanner
 from deskllm.planner.calibration import corrections_for, measured_sizes, record_load
 from deskllm.planner.machine import current_hardware
@@ -48,7 +50,7 @@ def test_estimate_matches_what_llama_cpp_allocates(
         kv_disk_dir=str(tmp_path / "kv"),
     )
     with EngineClient() as client:
-        loaded = client.load(params, hardware=hardware)
+        loaded = ModelLoader(client, hardware=hardware).load(params)
     measured = measured_sizes(loaded)
     est = plan.estimate
     for kind, part in (("model", "weights"), ("kv", "kv"), ("compute", "compute")):
@@ -66,9 +68,8 @@ def test_a_model_that_cannot_fit_is_refused_before_loading(
     client = EngineClient()
     try:
         with pytest.raises(EngineError) as caught:
-            client.load(
-                LoadParams(str(starter_model), n_ctx=2048, use_extra_bufts=extra_bufts),
-                hardware=tiny,
+            ModelLoader(client, hardware=tiny).load(
+                LoadParams(str(starter_model), n_ctx=2048, use_extra_bufts=extra_bufts)
             )
         assert client.pid is None  # no engine process was started for it
     finally:
@@ -86,7 +87,7 @@ def test_a_model_twice_this_machines_memory_is_refused_with_numbers(tmp_path: Pa
     client = EngineClient()
     try:
         with pytest.raises(EngineError) as caught:
-            client.load(LoadParams(str(huge), n_ctx=2048))
+            ModelLoader(client).load(LoadParams(str(huge), n_ctx=2048))
         assert client.pid is None
     finally:
         client.close()
@@ -105,7 +106,7 @@ def test_a_real_load_calibrates_later_estimates(
         kv_disk_dir=str(tmp_path / "kv"),
     )  # fmt: skip
     with EngineClient() as client:
-        loaded = client.load(params, hardware=hardware)
+        loaded = ModelLoader(client, hardware=hardware).load(params)
         resolved = client.params
     m = record_load(db, read_header(starter_model), resolved, loaded, machine="here")
     assert abs(m.total_error) < 0.10
@@ -118,7 +119,7 @@ def test_auto_gpu_offload_asks_the_planner(load_params, tmp_path: Path):
     """With "auto" the client takes the planner's layers: here no automatic GPU target
     exists (llvmpipe is CPU-type), so the model runs on the CPU and no GPU is touched."""
     with EngineClient() as client:
-        loaded = client.load(load_params(gpu_auto=True))
+        loaded = ModelLoader(client).load(load_params(gpu_auto=True))
         assert client.params.n_gpu_layers == 0 and not client.params.gpu_auto
     assert loaded.n_gpu_layers == 0 and loaded.devices == ("CPU",)
 
@@ -131,5 +132,5 @@ def test_auto_gpu_offload_on_a_machine_with_a_gpu_takes_every_layer(load_params)
     data = Path(__file__).parent.parent / "data" / "hardware" / "laptop_rtx4070_8gb.json"
     laptop = report_from_dict(json.loads(data.read_text()))
     with EngineClient() as client:
-        client.load(load_params(gpu_auto=True), hardware=laptop)
+        ModelLoader(client, hardware=laptop).load(load_params(gpu_auto=True))
         assert client.params.n_gpu_layers == 31  # this CPU-only build keeps them on the CPU

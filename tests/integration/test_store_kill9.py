@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from deskllm import paths
+from deskllm.database.connection import open_database
 from deskllm.store.conversations import ConversationStore
-from deskllm.store.db import open_database
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs SIGKILL")
 
@@ -25,7 +25,7 @@ WRITER = textwrap.dedent(
     """
     import sys
     from deskllm.store.conversations import ConversationStore
-    from deskllm.store.db import open_database
+    from deskllm.database.connection import open_database
 
     store = ConversationStore(open_database())
     conv = store.create(title="kill9 " + sys.argv[1])
@@ -43,7 +43,7 @@ WRITER = textwrap.dedent(
 STREAMER = textwrap.dedent(
     """
     from deskllm.store.conversations import ConversationStore, ReplyWriter
-    from deskllm.store.db import open_database
+    from deskllm.database.connection import open_database
 
     class Reporting(ReplyWriter):
         def flush(self):

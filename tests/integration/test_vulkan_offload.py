@@ -63,7 +63,7 @@ def vulkan_hardware():
 def test_full_and_partial_offload_match_the_planners_vram_estimate(
     load_params, vulkan_hardware, starter_model, n_gpu_layers
 ):
-    from deskllm.catalog.gguf_header import read_header
+    from deskllm.gguf.header import read_header
     from deskllm.planner.fit import FitPlanner
 
     planner = FitPlanner(vulkan_hardware, target="Vulkan0", use_extra_bufts=False)

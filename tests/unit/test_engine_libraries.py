@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from deskllm.hardware.engine_devices import _mapped_copy
+from deskllm.llamacpp.libraries import _mapped_copy
 
 LIB = Path("/opt/engine/llama_cpp/lib")
 

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from deskllm.catalog.gguf_header import GgufError, NeedMoreData, parse_header, read_header
+from deskllm.gguf.header import GgufError, NeedMoreData, parse_header, read_header
 from deskllm.planner.model_shape import model_shape
 
 REAL_PREFIX = 4 << 20  # the starter model's header is ~1.8 MB: all of it, and some data

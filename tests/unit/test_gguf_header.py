@@ -5,7 +5,7 @@ import gguf
 import numpy as np
 import pytest
 
-from deskllm.catalog.gguf_header import (
+from deskllm.gguf.header import (
     GGML_TYPES,
     GgufError,
     NeedMoreData,

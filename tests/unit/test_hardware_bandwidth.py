@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from deskllm.hardware import bandwidth
+from deskllm.hardware import bandwidth, keys
 from deskllm.hardware.cpu import probe_cpu
 from deskllm.hardware.memory import probe_memory
 from deskllm.hardware.report import CpuInfo
@@ -45,7 +45,7 @@ def test_cached_per_machine_and_refreshable(tmp_path: Path) -> None:
     other_machine = CpuInfo("Some Other CPU", 64, 128, ())
     assert bandwidth.cached_only(other_machine, memory, cache_dir=tmp_path) is None
     saved = json.loads((tmp_path / bandwidth.CACHE_FILE).read_text())
-    assert list(saved) == [bandwidth.machine_key(cpu, memory)]
+    assert list(saved) == [keys.machine_key(cpu, memory)]
 
 
 def test_a_corrupt_cache_is_measured_again(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from planner_models import llama3_8b_header, write_tiny_gguf
 
-from deskllm.catalog.gguf_header import read_header
+from deskllm.gguf.header import read_header
 from deskllm.planner.memory import (
     Corrections,
     EstimateParams,

@@ -7,7 +7,7 @@ import re
 import pytest
 from planner_models import write_tiny_gguf
 
-from deskllm.catalog.gguf_header import GgufError, GgufHeader, read_header
+from deskllm.gguf.header import GgufError, GgufHeader, read_header
 from deskllm.planner.model_shape import model_shape
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from deskllm import paths, settings
+from deskllm.loader import params_from_settings
 
 
 def test_defaults_are_valid_and_round_trip():
@@ -37,8 +38,30 @@ def test_a_broken_or_foreign_file_falls_back_to_defaults(caplog):
 
 def test_load_params_take_settings_and_overrides():
     s = settings.Settings(n_ctx=3000, kv_type="q8_0", flash_attn=True, kv_disk_budget_mb=7)
-    p = s.load_params("/m.gguf")
+    p = params_from_settings(s, "/m.gguf")
     assert (p.model_path, p.n_ctx, p.kv_type, p.flash_attn) == ("/m.gguf", 3000, "q8_0", True)
     assert p.kv_disk_budget_mb == 7
-    q = s.load_params("/m.gguf", n_ctx=512, kv_type=None)
+    q = params_from_settings(s, "/m.gguf", n_ctx=512, kv_type=None)
     assert q.n_ctx == 512 and q.kv_type == "q8_0"
+
+
+def test_a_value_of_the_wrong_type_falls_back_to_its_default(caplog):
+    paths.settings_path().write_text(
+        json.dumps({"n_ctx": "8192", "flash_attn": 1, "theme": ["dark"], "n_threads": 3})
+    )
+    loaded = settings.load()
+    assert (loaded.n_ctx, loaded.flash_attn, loaded.theme) == (4096, False, "system")
+    assert loaded.n_threads == 3
+    assert "n_ctx='8192' is not a int" in caplog.text
+    paths.settings_path().write_text("[1, 2]")
+    assert settings.load() == settings.Settings()
+
+
+def test_choices_are_declared_once():
+    from deskllm.planner.memory import KV_TYPES
+
+    assert set(settings.choices("kv_type")) == set(KV_TYPES)  # every type the planner sizes
+    assert settings.choices("gpu_offload") == ("auto", "manual", "off")
+    changes = settings.changed_fields(settings.Settings(), settings.Settings(theme="dark",
+                                                                           n_ctx=1024))
+    assert changes == {"theme": "now", "n_ctx": "next_load"}

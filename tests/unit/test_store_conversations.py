@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from sqlite_utils.db import NotFoundError
 
+from deskllm.database.connection import open_database
 from deskllm.store.conversations import ConversationStore, Message, ReplyWriter
-from deskllm.store.db import open_database
 
 TICK = 0.02  # between writes whose order matters (coarse clocks)
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from deskllm.catalog.gguf_header import GgufError
-from deskllm.starter import STARTER_NAME
-from deskllm.store.db import open_database
+from deskllm.catalog.starter import STARTER_NAME
+from deskllm.database.connection import open_database
+from deskllm.gguf.header import GgufError
 from deskllm.store.library import ModelLibrary
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from sqlite_utils import Database
 
+from deskllm.database.connection import MIGRATIONS_TABLE, DatabaseTooNew, migrate, open_database
+from deskllm.database.migrations import MIGRATIONS
 from deskllm.store.conversations import ConversationStore
-from deskllm.store.db import MIGRATIONS_TABLE, DatabaseTooNew, migrate, open_database
-from deskllm.store.migrations import MIGRATIONS
 
 NAMES = [name for name, _ in MIGRATIONS]
 

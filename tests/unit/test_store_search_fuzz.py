@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from deskllm.database.connection import open_database
 from deskllm.store.conversations import MAX_SEARCH_CHARS, ConversationStore, SearchError
-from deskllm.store.db import open_database
 
 # What FTS5's query grammar and SQLite's LIKE give meaning to, mixed into the random text.
 SYNTAX = ['"', "'", "*", "^", ":", "(", ")", "{", "}", "-", "+", "%", "_", "\\", "\x00",

@@ -1,11 +1,11 @@
-"""`deskllm bench`: engine speed figures as one JSON object (see deskllm.benchmark)."""
+"""`deskllm bench`: engine speed figures as one JSON object (see deskllm.measure.engine_bench)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 
-from deskllm.chat_cli import resolve_model
+from deskllm.cli.chat import resolve_model
 from deskllm.engine.protocol import LoadParams
 from deskllm.store import ModelLibrary, open_database
 
@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from deskllm.benchmark import run_bench
+    from deskllm.measure.engine_bench import run_bench
 
     model_path = resolve_model(ModelLibrary(open_database()), args.model)
     params = LoadParams(model_path=model_path, n_ctx=args.ctx, n_threads=args.threads)

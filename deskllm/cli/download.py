@@ -9,6 +9,7 @@ import sys
 import time
 from typing import TextIO
 
+from deskllm import settings as settings_mod
 from deskllm.downloads.events import DownloadState, Progress
 from deskllm.downloads.units import human_bytes, human_seconds
 
@@ -83,8 +84,9 @@ def run_download(args: argparse.Namespace) -> int:
     from deskllm.downloads.manager import DownloadManager
     from deskllm.downloads.resolve import resolve
 
+    user = settings_mod.load()
     try:
-        item = resolve(args.repo, args.selector)
+        item = resolve(args.repo, args.selector, n_ctx=user.n_ctx, kv_type=user.kv_type)
     except DownloadError as exc:
         return _fail(args, str(exc))
     bar = ProgressBar(sys.stderr)
@@ -92,7 +94,9 @@ def run_download(args: argparse.Namespace) -> int:
         print(f"{item.what} ({item.quant or '?'}, {human_bytes(item.total)}"
               + (f", {len(item.parts)} parts" if len(item.parts) > 1 else "") + ")",
               file=sys.stderr)  # fmt: skip
-    manager = DownloadManager(max_concurrent=1, on_progress=bar)
+    manager = DownloadManager(
+        models_dir=user.models_path(), max_concurrent=1, on_progress=bar
+    )
     download_id = None
     try:
         download_id = manager.add(item)

@@ -26,13 +26,18 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    from deskllm.chat_cli import resolve_model
     from deskllm.engine.client import EngineClient
     from deskllm.gui.engine_bridge import EngineBridge
     from deskllm.gui.main_window import MainWindow, run_window
     from deskllm.gui.qt import QApplication, QIcon, QMessageBox, QSettings
     from deskllm.gui.theme import apply_theme
-    from deskllm.store import ConversationStore, DatabaseTooNew, ModelLibrary, open_database
+    from deskllm.store import (
+        ConversationStore,
+        DatabaseTooNew,
+        ModelLibrary,
+        ModelNotFound,
+        open_database,
+    )
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("deskllm")
@@ -50,18 +55,18 @@ def main(argv: list[str] | None = None) -> int:
     if interrupted:
         log.info("%d replies were cut off when deskllm last ended; marked interrupted", interrupted)
     try:
-        model_path = resolve_model(library, args.model)
-    except SystemExit as exc:
+        model_path = library.resolve(args.model)
+    except ModelNotFound as exc:
         QMessageBox.critical(None, "No model", str(exc))
         return 1
 
     user_settings = settings_mod.load()
     apply_theme(app, user_settings.theme)
-    params = user_settings.load_params(model_path)
     client = EngineClient()
     bridge = EngineBridge(client, paths.database_path())
-    gui_state = QSettings(str(paths.home() / "gui.ini"), QSettings.Format.IniFormat)
-    window = MainWindow(store, bridge, params, gui_state, user_settings, library)
+    gui_ini = paths.ensure_private_file(paths.home() / "gui.ini")  # Qt keeps the file's mode
+    gui_state = QSettings(str(gui_ini), QSettings.Format.IniFormat)
+    window = MainWindow(store, bridge, model_path, gui_state, user_settings, library)
     try:
         return run_window(window)
     finally:

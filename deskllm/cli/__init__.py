@@ -9,12 +9,13 @@ import sys
 
 # Each module registers its own subcommands: register(subparsers) sets `func` on its parsers.
 COMMAND_MODULES = (
-    "deskllm.hardware.cli",
-    "deskllm.chat_cli",
-    "deskllm.bench_cli",
-    "deskllm.catalog.cli",
-    "deskllm.downloads.cli",
-    "deskllm.planner.cli",
+    "deskllm.cli.hw",
+    "deskllm.cli.chat",
+    "deskllm.cli.models",
+    "deskllm.cli.bench",
+    "deskllm.cli.catalog",
+    "deskllm.cli.download",
+    "deskllm.cli.plan",
 )
 
 
@@ -39,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
     )
     if args.self_test:
-        from deskllm.self_test import run_self_test
+        from deskllm.cli.self_test import run_self_test
 
         return run_self_test()
     if not getattr(args, "func", None):

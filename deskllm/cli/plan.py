@@ -8,11 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from deskllm import settings as settings_mod
 from deskllm.catalog.quants import kl_divergence
 from deskllm.hardware.report import HardwareReport
 from deskllm.planner.fit import FitPlanner, QuantPlan, Recommendation, gib
-
-KV_CHOICES = ("f16", "q8_0", "q4_0")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,7 +30,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="context length in tokens (default: the setting, capped by the "
         "model's training context)",
     )
-    parser.add_argument("--kv", choices=KV_CHOICES, default=None, help="KV cache type")
+    parser.add_argument("--kv", choices=settings_mod.choices("kv_type"), default=None,
+                        help="KV cache type (default: the setting)")  # fmt: skip
     parser.add_argument(
         "--hardware",
         metavar="PROFILE.json",
@@ -79,12 +79,13 @@ def run_plan(args: argparse.Namespace) -> int:
     from deskllm.planner.sources import SourceError
 
     report, where = _hardware(args)
+    user = settings_mod.load()
     try:
         planned = plan_model(
             args.model,
             report,
-            n_ctx=args.ctx,
-            kv_type=args.kv,
+            n_ctx=args.ctx or user.n_ctx,
+            kv_type=args.kv or user.kv_type,
             gpu=args.gpu,
             corrections=_corrections(report, args.hardware is None),
         )

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
+import sqlite3
 import time
 from pathlib import Path
 
 from sqlite_utils import Database
 
 from deskllm import paths
-from deskllm.store.migrations import MIGRATIONS, Migration
+from deskllm.database.migrations import MIGRATIONS, Migration
 
 log = logging.getLogger("deskllm.store")
 
@@ -21,14 +22,20 @@ class DatabaseTooNew(RuntimeError):
 
 
 def open_database(
-    path: Path | str | None = None, migrations: list[tuple[str, Migration]] | None = None
+    path: Path | str | None = None,
+    migrations: list[tuple[str, Migration]] | None = None,
+    *,
+    shared: bool = False,
 ) -> Database:
-    """Open (creating if needed) and migrate the store. Raises DatabaseTooNew for a newer schema."""
+    """Open (creating if needed) and migrate the store. Raises DatabaseTooNew for a newer schema.
+
+    `shared`: a connection several threads may use, each under the caller's own lock (the
+    download manager's workers); otherwise the connection belongs to the opening thread."""
     path = Path(path) if path else paths.database_path()
     if path.parent.is_dir():
         paths.ensure_private_file(path)  # 0600, and SQLite gives -wal and -shm the same mode
     migrations = MIGRATIONS if migrations is None else migrations
-    db = Database(path)
+    db = Database(sqlite3.connect(path, check_same_thread=not shared, timeout=5.0))
     try:
         db.execute("PRAGMA busy_timeout = 5000")  # a second instance waits instead of failing
         db.execute("PRAGMA foreign_keys = ON")

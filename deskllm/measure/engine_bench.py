@@ -29,15 +29,10 @@ import time
 import uuid
 
 from deskllm.engine.client import EngineClient
-from deskllm.engine.protocol import (
-    ChatMessage,
-    Done,
-    Error,
-    Exited,
-    LoadParams,
-    Sampling,
-    TextDelta,
-)
+from deskllm.engine.errors import ErrorKind
+from deskllm.engine.protocol import ChatMessage, Done, LoadParams, Sampling
+from deskllm.engine.reply import Reply
+from deskllm.loader import ModelLoader
 
 TG_TOKENS = 128
 REPEATS = 2  # each path keeps the best of this many runs per round, all alike
@@ -59,34 +54,31 @@ def history(turns: int = 6, seed: str = "") -> list[ChatMessage]:
     return messages
 
 
-def _done(events) -> Done:
-    for event in events:
-        if isinstance(event, Done):
-            return event
-        if isinstance(event, Error | Exited):
-            raise RuntimeError(getattr(event, "message", None) or event.reason)
-    raise RuntimeError("the engine ended the stream without a result")
+def _done(reply: Reply) -> Done:
+    reply.wait()
+    if reply.done is None:
+        raise RuntimeError(str(reply.error))
+    return reply.done
 
 
-def _client_tg_tps(events) -> float:
-    """Decode tokens/s as the app sees them: from the first text event the client receives to
-    the final Done, so the pipe and the event objects are inside the measurement."""
+def _client_tg_tps(reply: Reply) -> float:
+    """Decode tokens/s as the app sees them: from the first text the client receives to the
+    end of the reply, so the pipe and the event objects are inside the measurement."""
     first = None
-    for event in events:
-        if isinstance(event, TextDelta) and first is None:
+    for _text in reply:
+        if first is None:
             first = time.perf_counter()
-        elif isinstance(event, Done):
-            if first is None or event.metrics.generated_tokens < 2:
-                raise RuntimeError("the reply was too short to time")
-            return (event.metrics.generated_tokens - 1) / (time.perf_counter() - first)
-        elif isinstance(event, Error | Exited):
-            raise RuntimeError(getattr(event, "message", None) or event.reason)
-    raise RuntimeError("the engine ended the stream without a result")
+    end = time.perf_counter()
+    if reply.done is None:
+        raise RuntimeError(str(reply.error))
+    if first is None or reply.done.metrics.generated_tokens < 2:
+        raise RuntimeError("the reply was too short to time")
+    return (reply.done.metrics.generated_tokens - 1) / (end - first)
 
 
 def _raw_tg(queue, model_path: str, n_ctx: int, n_threads: int, extra_bufts: bool) -> None:
     """Plain llama-cpp-python, the way most apps call it."""
-    from deskllm.engine import build
+    from deskllm.llamacpp import build
 
     build.activate()
     import llama_cpp
@@ -125,9 +117,18 @@ def _raw_tg(queue, model_path: str, n_ctx: int, n_threads: int, extra_bufts: boo
 
 def _native_tg(queue, model_path: str, n_ctx: int, n_threads: int, extra_bufts: bool) -> None:
     """llama_decode of one token at a time, no sampling: llama-bench's tg test, from ctypes."""
+    from deskllm.llamacpp import build
+
+    build.activate()  # before llama_cpp is imported: the build DESKLLM_ENGINE_DIR names
     import llama_cpp as L
 
     from deskllm.engine.runtime import LlamaRuntime
+
+    def decode(token: int) -> None:
+        one[0] = token
+        rc = L.llama_decode(rt.ctx, L.llama_batch_get_one(one, 1))
+        if rc != 0:
+            raise RuntimeError(f"llama_decode returned {rc} at token {token}")
 
     rt = LlamaRuntime(
         LoadParams(model_path=model_path, n_ctx=n_ctx, n_threads=n_threads), extra_bufts
@@ -136,12 +137,10 @@ def _native_tg(queue, model_path: str, n_ctx: int, n_threads: int, extra_bufts: 
     rates = []
     for _ in range(REPEATS):
         rt.clear()
-        one[0] = 1
-        L.llama_decode(rt.ctx, L.llama_batch_get_one(one, 1))
+        decode(1)
         start = time.perf_counter()
         for i in range(TG_TOKENS):
-            one[0] = 100 + i
-            L.llama_decode(rt.ctx, L.llama_batch_get_one(one, 1))
+            decode(100 + i)
         rates.append(TG_TOKENS / (time.perf_counter() - start))
     rt.close()
     queue.put(max(rates))
@@ -170,22 +169,19 @@ def _cancel_latency(client: EngineClient, messages: list[ChatMessage], after_del
         cancelled_at.append(time.perf_counter())
         client.cancel()
 
-    deltas = 0
     if after_deltas == 0:
         timer = threading.Timer(after_s, cancel)
         timer.start()
-    for event in client.chat(uuid.uuid4().hex, messages, long):
-        if isinstance(event, TextDelta):
-            deltas += 1
-            if deltas == after_deltas:
-                cancel()
-        elif isinstance(event, Done):
-            if event.finish_reason != "cancelled" or not cancelled_at:
-                raise RuntimeError(f"the reply was not cancelled ({event.finish_reason})")
-            return time.perf_counter() - cancelled_at[0]
-        elif isinstance(event, Error | Exited):
-            raise RuntimeError(getattr(event, "message", None) or event.reason)
-    raise RuntimeError("the engine ended the stream without a result")
+    reply = client.chat(uuid.uuid4().hex, messages, long)
+    for deltas, _text in enumerate(reply, start=1):
+        if deltas == after_deltas:
+            cancel()
+    ended = time.perf_counter()
+    if reply.done is None:
+        raise RuntimeError(str(reply.error))
+    if reply.finish_reason != "cancelled" or not cancelled_at:
+        raise RuntimeError(f"the reply was not cancelled ({reply.finish_reason})")
+    return ended - cancelled_at[0]
 
 
 def _stop_and_recover(client: EngineClient) -> dict:
@@ -196,18 +192,19 @@ def _stop_and_recover(client: EngineClient) -> dict:
     }
     # kill -9 the engine mid-reply, then time the next request to its first text.
     long = Sampling(temperature=0.0, max_tokens=512, ignore_eos=True)
-    for event in client.chat("bench-crash", [ChatMessage("user", "Tell a story.")], long):
-        if isinstance(event, TextDelta):
-            os.kill(client.pid, signal.SIGKILL)
-        elif isinstance(event, Exited):
-            break
+    crashing = client.chat("bench-crash", [ChatMessage("user", "Tell a story.")], long)
+    for _text in crashing:
+        if crashing.error is None and client.pid is not None:
+            os.kill(client.pid, signal.SIGKILL)  # then read on to the engine's death
+    if crashing.error is None or crashing.error.kind != ErrorKind.EXITED:
+        raise RuntimeError(f"the engine did not die as asked ({crashing.error})")
     start = time.perf_counter()
-    for event in client.chat("bench-crash", [ChatMessage("user", "Hello!")], long):
-        if isinstance(event, TextDelta):
-            out["crash_recover_s"] = time.perf_counter() - start
-            client.cancel()
-        elif isinstance(event, Done | Error | Exited):
-            break
+    recovering = client.chat("bench-crash", [ChatMessage("user", "Hello!")], long)
+    for _text in recovering:
+        out["crash_recover_s"] = time.perf_counter() - start
+        recovering.cancel()
+        break
+    recovering.wait()
     return out
 
 
@@ -215,7 +212,7 @@ def run_bench(params: LoadParams, rounds: int = 3) -> dict:
     """Load the model in the engine and measure every key of the module docstring."""
     result: dict = {}
     with EngineClient() as client:
-        loaded = client.load(params)
+        loaded = ModelLoader(client).load(params)
         p = client.params
         result.update(
             model=p.model_path,

@@ -34,36 +34,31 @@ def _check_hardware() -> dict[str, Any]:
 
 
 def _check_engine() -> dict[str, Any]:
+    from deskllm.catalog.starter import starter_model_path
     from deskllm.engine.client import EngineClient
-    from deskllm.engine.protocol import ChatMessage, Done, Error, Exited, LoadParams, Sampling
-    from deskllm.starter import starter_model_path
+    from deskllm.engine.protocol import ChatMessage, LoadParams, Sampling
+    from deskllm.loader import ModelLoader
 
     model = starter_model_path()
     if model is None:
         raise RuntimeError("the starter model is not installed")
     with EngineClient() as client:
-        loaded = client.load(LoadParams(str(model), n_ctx=512))
-        done = None
-        events = client.chat(
+        loaded = ModelLoader(client).load(LoadParams(str(model), n_ctx=512))
+        reply = client.chat(
             "self-test",
             [ChatMessage("user", "Say hello.")],
             Sampling(temperature=0.0, max_tokens=8, seed=1),
-        )
-        for event in events:
-            if isinstance(event, Done):
-                done = event
-            elif isinstance(event, Error):
-                raise RuntimeError(event.message)
-            elif isinstance(event, Exited):
-                raise RuntimeError(event.reason)
-        if done is None or done.metrics.generated_tokens == 0:
+        ).wait()
+        if reply.error is not None:
+            raise RuntimeError(str(reply.error))
+        if reply.metrics is None or reply.metrics.generated_tokens == 0:
             raise RuntimeError("the engine generated no tokens")
         return {
             "model": model.name,
             "devices": list(loaded.devices),
             "extra_bufts": loaded.use_extra_bufts,
-            "tokens": done.metrics.generated_tokens,
-            "tg_tps": round(done.metrics.tg_tps or 0.0, 1),
+            "tokens": reply.metrics.generated_tokens,
+            "tg_tps": round(reply.metrics.tg_tps or 0.0, 1),
         }
 
 

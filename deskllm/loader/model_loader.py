@@ -1,0 +1,148 @@
+"""ModelLoader: the one way any part of the app loads a model.
+
+    loader = ModelLoader(client, db=db)
+    loaded = loader.load(params_from_settings(settings, path), on_progress)
+
+Each load: read the header (a bad file is refused before llama.cpp sees it) → fill the
+defaults that depend on the model and machine → plan against this machine's hardware report,
+corrected by what earlier loads measured (automatic GPU offload takes the planner's layers; a
+load that cannot fit is refused with the numbers) → decide llama.cpp's extra buffer types
+with the crash-safe probe → EngineClient.load → record how far the estimate was from what
+llama.cpp allocated, so the next plan is closer.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from sqlite_utils import Database
+
+from deskllm.engine.client import EngineClient
+from deskllm.engine.errors import EngineError, ErrorKind
+from deskllm.engine.load_defaults import resolve_params
+from deskllm.engine.protocol import Loaded, LoadParams
+from deskllm.gguf.header import GgufError, GgufHeader, read_header
+from deskllm.hardware.report import HardwareReport
+from deskllm.planner.fit import FitPlan, FitPlanner
+from deskllm.planner.memory import Corrections
+
+log = logging.getLogger("deskllm.loader")
+
+HardwareSource = Callable[[], HardwareReport | None]
+
+
+@dataclass(frozen=True)
+class LoadCheck:
+    """What the loader decided before loading: the params sent to the engine, the planner's
+    plan for them (None without a hardware report) and the calibration it applied."""
+
+    params: LoadParams
+    plan: FitPlan | None
+    corrections: Corrections
+
+
+def _this_machine_hardware() -> HardwareReport | None:
+    from deskllm.planner.machine import current_hardware
+
+    return current_hardware()
+
+
+class ModelLoader:
+    """Loads models into one EngineClient. `db` (the app's database, opened in the calling
+    thread) holds the calibration records: without it loads are neither recorded nor
+    corrected. `hardware` plans for another report than this machine's (tests, profiles).
+    """
+
+    def __init__(
+        self,
+        client: EngineClient,
+        *,
+        db: Database | None = None,
+        hardware: HardwareReport | HardwareSource | None = None,
+        probe_model: str | None = None,
+    ) -> None:
+        self.client = client
+        self.db = db
+        if isinstance(hardware, HardwareReport):
+            report = hardware
+            self._hardware: HardwareSource = lambda: report
+        else:
+            self._hardware = hardware or _this_machine_hardware
+        self._probe_model = probe_model
+        self.last_check: LoadCheck | None = None
+
+    def check(self, params: LoadParams, header: GgufHeader | None = None) -> LoadCheck:
+        """Resolve `params` for this model and machine without loading: raises EngineError
+        (BAD_MODEL, TOO_BIG) when the load would fail or cannot fit."""
+        path = Path(params.model_path)
+        if header is None:
+            try:
+                header = read_header(path)
+            except GgufError as exc:
+                raise EngineError(str(exc), ErrorKind.BAD_MODEL) from None
+        params = resolve_params(replace(params, model_path=str(path)), header.context_length)
+        if params.use_extra_bufts is None:
+            params = replace(params, use_extra_bufts=self._extra_bufts_work(params))
+        report = self._hardware()
+        if report is None:
+            return LoadCheck(replace(params, gpu_auto=False), None, Corrections())
+        corrections = self._corrections(header.architecture)
+        planner = FitPlanner(
+            report, use_extra_bufts=params.use_extra_bufts, corrections=lambda _a: corrections
+        )
+        plan = planner.plan(header, params.n_ctx, params.kv_type)
+        if params.gpu_auto:
+            layers = plan.n_gpu_layers if plan.fit in ("gpu", "partial") else 0
+            params = replace(params, n_gpu_layers=layers, gpu_auto=False)
+        if report.memory.available_bytes > 0:
+            reason = planner.refusal(header, params)
+            if reason:
+                raise EngineError(f"{path.name} {reason}", ErrorKind.TOO_BIG)
+        return LoadCheck(params, plan, corrections)
+
+    def load(
+        self, params: LoadParams, on_progress: Callable[[float], None] | None = None
+    ) -> Loaded:
+        """Check, load and record (see the module docstring). Raises EngineError."""
+        try:
+            header = read_header(Path(params.model_path))
+        except GgufError as exc:
+            raise EngineError(str(exc), ErrorKind.BAD_MODEL) from None
+        check = self.check(params, header)
+        self.last_check = check
+        loaded = self.client.load(check.params, on_progress)
+        self._record(header, check.params, loaded)
+        return loaded
+
+    def _extra_bufts_work(self, params: LoadParams) -> bool:
+        from deskllm.catalog.starter import starter_model_path
+        from deskllm.engine.extra_bufts_probe import extra_bufts_work
+
+        starter = self._probe_model or starter_model_path()
+        return extra_bufts_work(str(starter) if starter else params.model_path)
+
+    def _corrections(self, architecture: str) -> Corrections:
+        if self.db is None:
+            return Corrections()
+        from deskllm.planner.calibration import corrections_for, this_machine
+
+        try:
+            return corrections_for(self.db, this_machine(), architecture)
+        except Exception:  # a damaged record must not stop a load: plan uncorrected
+            log.warning("calibration records unreadable; planning uncorrected", exc_info=True)
+            return Corrections()
+
+    def _record(self, header: GgufHeader, params: LoadParams, loaded: Loaded) -> None:
+        """Tell the planner how far its estimate was from this load; never fails the load."""
+        if self.db is None:
+            return
+        from deskllm.planner.calibration import record_load
+
+        try:
+            record_load(self.db, header, params, loaded)
+        except Exception:
+            log.warning("load of %s not recorded for calibration", loaded.model_path,
+                        exc_info=True)  # fmt: skip

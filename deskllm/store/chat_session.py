@@ -1,0 +1,83 @@
+"""ChatSession: one conversation turn, end to end, shared by the CLI and the GUI.
+
+Persist before acting: the user's message is committed before the engine is asked; the reply is
+written while it streams and ends complete, interrupted (stopped, or the engine died) or error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import asdict
+from typing import Any
+
+from deskllm.engine.client import EngineClient
+from deskllm.engine.errors import ErrorKind
+from deskllm.engine.protocol import ChatMessage, Event, Sampling, TextDelta
+from deskllm.engine.reply import Reply
+from deskllm.store.conversations import ConversationStore, Message, ReplyWriter
+
+
+def history_messages(system_prompt: str, messages: list[Message]) -> list[ChatMessage]:
+    """What the model sees: the system prompt, then the finished turns (errors left out)."""
+    out = [ChatMessage("system", system_prompt)] if system_prompt else []
+    for m in messages:
+        if m.role in ("user", "assistant") and m.status != "error" and m.content:
+            out.append(ChatMessage(m.role, m.content))
+    return out
+
+
+def stored_outcome(reply: Reply, writer: ReplyWriter) -> tuple[str, dict[str, Any]]:
+    """The status and figures a finished Reply is stored with."""
+    metrics = asdict(reply.metrics) if reply.metrics else {}
+    if reply.done is not None:
+        done = reply.done
+        status = "interrupted" if done.finish_reason == "cancelled" else "complete"
+        return status, metrics | {
+            "finish_reason": done.finish_reason,
+            "dropped_messages": done.dropped_messages,
+            "warnings": list(done.warnings),
+        }
+    error = reply.error
+    reason = error.reason if error else "the reply ended without a result"
+    kind = error.kind if error else ErrorKind.ERROR
+    details = {"error": reason, "error_kind": str(kind)}
+    if kind in (ErrorKind.EXITED, ErrorKind.HUNG):
+        return "interrupted", metrics | details  # what came before the engine died is kept
+    return ("interrupted" if writer.text else "error"), details
+
+
+class ChatSession:
+    def __init__(self, client: EngineClient, store: ConversationStore) -> None:
+        self.client = client
+        self.store = store
+
+    def send(self, conversation_id: str, text: str, sampling: Sampling | None = None) -> Reply:
+        """Commit the user's message now, then the reply (see `reply`)."""
+        self.store.add_message(conversation_id, "user", text)
+        return self.reply(conversation_id, sampling)
+
+    def reply(self, conversation_id: str, sampling: Sampling | None = None) -> Reply:
+        """The assistant's reply to the conversation as stored, saved while it streams; its
+        final event comes after the reply is saved."""
+        return Reply(self._stored_events(conversation_id, sampling), self.client.cancel)
+
+    def _stored_events(self, conversation_id: str, sampling: Sampling | None) -> Iterator[Event]:
+        conversation = self.store.get(conversation_id)
+        sampling = sampling or Sampling.from_dict(conversation.sampling)
+        history = history_messages(conversation.system_prompt, self.store.messages(conversation_id))
+        model = self.client.params.model_path if self.client.params else None
+        writer = self.store.begin_reply(conversation_id, model, asdict(sampling))
+        engine_reply = self.client.chat(conversation_id, history, sampling)
+        try:
+            for event in engine_reply.events():
+                if isinstance(event, TextDelta):
+                    writer.append(event.text)
+                elif engine_reply.final is not None:
+                    writer.finish(*stored_outcome(engine_reply, writer))
+                yield event
+        finally:
+            if self.store.get_message(writer.message_id).status == "streaming":
+                # The reader stopped listening (window closed, Ctrl+C): keep what came, marked.
+                self.client.cancel()
+                metrics = asdict(engine_reply.metrics) if engine_reply.metrics else {}
+                writer.finish("interrupted", metrics)
