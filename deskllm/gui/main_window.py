@@ -26,12 +26,14 @@ from deskllm.gui.qt import (
     QProgressBar,
     QSettings,
     QSplitter,
+    Qt,
     QTabWidget,
     QVBoxLayout,
     QWidget,
 )
 from deskllm.gui.readouts import LiveReadouts
 from deskllm.gui.settings_dialog import SettingsDialog
+from deskllm.gui.shortcuts_dialog import show_shortcuts
 from deskllm.gui.sidebar import ConversationSidebar
 from deskllm.gui.startup_timing import FirstExpose
 from deskllm.gui.theme import apply_theme
@@ -118,9 +120,23 @@ class MainWindow(QMainWindow):
         self.statusBar().addPermanentWidget(self.readouts)
 
     def _build_menus(self) -> None:
-        chat = self.menuBar().addMenu("&Chat")
+        """Every action of the window, each with a mnemonic (Alt+letter) and the frequent ones
+        with a shortcut; Help → Keyboard shortcuts lists them from these actions. Keys the
+        message box edits with (Ctrl+K deletes to the line's end) are left to it."""
+        chat, sidebar = self.menuBar().addMenu("&Chat"), self.sidebar
         self._action(chat, "&New chat", self.new_conversation, QKeySequence.StandardKey.New)
+        self._action(chat, "Search c&hats", self.focus_search, QKeySequence.StandardKey.Find)
+        self._action(chat, "Go to &message box", self.focus_input, QKeySequence("Ctrl+L"))
+        chat.addSeparator()
+        self._action(chat, "&Rename chat", sidebar.rename_current, QKeySequence("F2"))
+        self._action(chat, "Re&generate reply", self.chat.regenerate, QKeySequence("Ctrl+R"))
         self._action(chat, "Chat &settings…", self.chat.open_settings)
+        self._action(chat, "&Delete chat…", sidebar.delete_current)
+        chat.addSeparator()
+        self._action(chat, "Export as Mar&kdown…", lambda: sidebar.export_current("markdown"))
+        self._action(chat, "Export as &JSON…", lambda: sidebar.export_current("json"))
+        self._action(chat, "&Import conversation…", sidebar.import_file,
+                     QKeySequence.StandardKey.Open)  # fmt: skip
         chat.addSeparator()
         self._action(chat, "Se&ttings…", self.open_settings, QKeySequence("Ctrl+,"))
         chat.addSeparator()
@@ -129,8 +145,20 @@ class MainWindow(QMainWindow):
         self._action(engine, "&Restart engine", self.restart_engine, QKeySequence("Ctrl+Shift+R"))
         view = self.menuBar().addMenu("&View")
         for index, name in enumerate(("&Chat", "&Models", "&Hardware")):
-            show = lambda i=index: self.tabs.setCurrentIndex(i)  # noqa: E731
+            # triggered(bool) passes `checked` first: it must not land in `i`.
+            show = lambda _checked=False, i=index: self.tabs.setCurrentIndex(i)  # noqa: E731
             self._action(view, name, show, QKeySequence(f"Ctrl+{index + 1}"))
+        help_menu = self.menuBar().addMenu("&Help")
+        self._action(help_menu, "&Keyboard shortcuts", lambda: show_shortcuts(self),
+                     QKeySequence.StandardKey.HelpContents)  # fmt: skip
+
+    def focus_search(self) -> None:
+        self.sidebar.search.setFocus(Qt.FocusReason.ShortcutFocusReason)
+        self.sidebar.search.selectAll()
+
+    def focus_input(self) -> None:
+        self.tabs.setCurrentWidget(self.chat)
+        self.chat.input.setFocus(Qt.FocusReason.ShortcutFocusReason)
 
     def _action(self, menu, text: str, slot, shortcut=None) -> QAction:
         action = QAction(text, self)
