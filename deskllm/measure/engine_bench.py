@@ -143,10 +143,10 @@ def _native_tg(queue, model_path: str, n_ctx: int, n_threads: int, extra_bufts: 
             decode(100 + i)
         rates.append(TG_TOKENS / (time.perf_counter() - start))
     rt.close()
-    queue.put(max(rates))
+    queue.put({"tps": max(rates), "library": L.__file__})
 
 
-def _in_child(target, *args) -> float:
+def _in_child(target, *args):
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
     child = ctx.Process(target=target, args=(queue, *args))
@@ -232,7 +232,9 @@ def run_bench(params: LoadParams, rounds: int = 3) -> dict:
                 _in_child(_raw_tg, p.model_path, loaded.n_ctx, p.n_threads, p.use_extra_bufts)
             )
             native.append(
-                _in_child(_native_tg, p.model_path, loaded.n_ctx, p.n_threads, p.use_extra_bufts)
+                _in_child(_native_tg, p.model_path, loaded.n_ctx, p.n_threads, p.use_extra_bufts)[
+                    "tps"
+                ]
             )
             tg.append(
                 max(

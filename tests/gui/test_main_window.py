@@ -100,3 +100,34 @@ def test_gui_loads_record_calibration_and_the_next_load_applies_it(qtbot, window
         window.load_model()
     assert db["calibration"].count == 2
     assert window.bridge.loader.last_check.corrections.samples == 1
+
+
+def test_restart_engine_gives_a_fresh_engine_with_the_same_model(qtbot, window):
+    first_pid = window.bridge.client.pid
+    with qtbot.waitSignal(window.bridge.loaded, timeout=120_000) as loaded:
+        window.restart_engine()
+        assert not window.chat.send_button.isEnabled()  # no sending while it restarts
+    assert window.bridge.client.pid not in (None, first_pid)
+    assert loaded.args[0].model_path == window.model_path
+    assert "context 2048" in window.model_label.full_text()
+
+
+def test_a_model_file_that_cannot_be_read_is_a_message_not_a_dead_thread(
+    qtbot, window, tmp_path
+):
+    """Every load failure, whatever raised it, reaches the window as words naming the file;
+    the engine thread goes on serving the next load."""
+    from gguf import GGUFWriter
+
+    path = tmp_path / "odd-alignment.gguf"
+    writer = GGUFWriter(str(path), "llama")
+    writer.add_string("general.alignment", "thirty-two")  # a number is expected
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    with qtbot.waitSignal(window.bridge.load_failed, timeout=60_000) as failed:
+        window.load_model(str(path))
+    assert "odd-alignment.gguf" in failed.args[0] and "general.alignment" in failed.args[0]
+    assert "No model loaded" in window.model_label.full_text()
+    with qtbot.waitSignal(window.bridge.loaded, timeout=120_000):
+        window.load_model(str(window.library.resolve(None)))
