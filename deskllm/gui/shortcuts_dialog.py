@@ -124,8 +124,10 @@ class ShortcutsDialog(QDialog):
         layout.addWidget(self.table, 1)
         layout.addWidget(note)
         layout.addWidget(buttons)
+        self.table.resizeRowsToContents()
         line = self.fontMetrics().height()
-        self.resize(36 * line, 30 * line)
+        rows_height = sum(self.table.rowHeight(r) for r in range(len(self.rows)))
+        self.resize(36 * line, min(50 * line, rows_height + 8 * line))  # all rows, if they fit
 
     def keys_for(self, action: str) -> str | None:
         """The keys listed for `action` (its plain text), or None if it is not listed."""
