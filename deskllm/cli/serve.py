@@ -1,0 +1,51 @@
+"""`deskllm serve`: a local OpenAI-compatible API server for one model (see docs/server.md)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from deskllm import settings as settings_mod
+from deskllm.cli.chat import resolve_model
+from deskllm.database import open_database
+from deskllm.loader import params_from_settings
+from deskllm.server.config import DEFAULT_MAX_QUEUE, DEFAULT_PORT, ServerConfig
+from deskllm.store import ModelLibrary
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="serve a model through an OpenAI-compatible HTTP API")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on; any but loopback needs --api-key")  # fmt: skip
+    p.add_argument("--port", type=int, default=DEFAULT_PORT)
+    p.add_argument("--model", default=None, help="a .gguf path or an installed model's name")
+    p.add_argument("--api-key", default=None,
+                   help="clients must send 'Authorization: Bearer KEY'")  # fmt: skip
+    p.add_argument("--max-queue", type=int, default=DEFAULT_MAX_QUEUE,
+                   help="requests that may wait while one is answered; more get 429")  # fmt: skip
+    p.add_argument("--ctx", type=int, default=0, help="context length in tokens (0: settings)")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads (0: settings)")
+    p.set_defaults(func=cmd_serve)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from deskllm.server.model_host import ModelHost
+    from deskllm.server.runner import serve
+
+    config = ServerConfig(host=args.host, port=args.port, api_key=args.api_key or None,
+                          max_queue=args.max_queue)  # fmt: skip
+    refusal = config.refusal()
+    if refusal:
+        print(f"deskllm: {refusal}", file=sys.stderr)
+        return 2
+    library = ModelLibrary(open_database())
+    model_path = resolve_model(library, args.model)
+    installed = library.find(model_path)
+    model_id = installed.name if installed else Path(model_path).stem
+    params = params_from_settings(settings_mod.load(), model_path, n_ctx=args.ctx or None,
+                                 n_threads=args.threads or None)  # fmt: skip
+    host = ModelHost(params, model_id, max_queue=args.max_queue, open_db=open_database)
+    print(f"deskllm: serving {model_id} at http://{args.host}:{args.port}/v1 (loading…)",
+          file=sys.stderr, flush=True)  # fmt: skip
+    return serve(host, config)

@@ -1,0 +1,25 @@
+"""POST /v1/chat/completions."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import StreamingResponse
+
+from deskllm.server.chat_completion.protocol import ChatCompletion, ChatCompletionRequest
+from deskllm.server.chat_completion.serving import ChatCompletionServing
+
+router = APIRouter()
+
+
+@router.post("/v1/chat/completions", response_model=ChatCompletion,
+             response_model_exclude_none=True)  # fmt: skip
+async def chat_completions(body: ChatCompletionRequest, request: Request):
+    serving: ChatCompletionServing = request.app.state.chat
+    job = serving.admit(body)  # before any byte is sent: errors keep their status
+    if body.stream:
+        return StreamingResponse(
+            serving.stream(body, job),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+    return await serving.complete(body, job, request.is_disconnected)

@@ -1,0 +1,153 @@
+"""EngineQueue: the engine answers one reply at a time, so API requests wait their turn here.
+
+Each admitted request becomes a Job run on one worker thread (the Reply is read with blocking
+calls); its events are handed to the request's asyncio loop as they come. At most
+`max_waiting` jobs wait behind the running one: one more is refused with QueueFull. A job
+cancelled while it waits never reaches the engine; one cancelled while it runs stops its
+reply, so the next job starts at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from deskllm.engine.client import EngineClient
+from deskllm.engine.protocol import (
+    ChatMessage,
+    Done,
+    Error,
+    Event,
+    Exited,
+    Metrics,
+    Sampling,
+    TextDelta,
+)
+from deskllm.engine.reply import Reply
+
+log = logging.getLogger("deskllm.server")
+
+_PASSED_ON = (TextDelta, Metrics, Done, Error, Exited)
+
+
+class QueueFull(Exception):
+    def __init__(self, waiting: int) -> None:
+        super().__init__(f"{waiting} requests are waiting")
+        self.waiting = waiting
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    conversation_id: str
+    messages: tuple[ChatMessage, ...]
+    sampling: Sampling
+
+
+class Job:
+    """One admitted request. Read its events with `stream()`; `cancel()` from the loop."""
+
+    def __init__(self, request: ChatRequest, loop: asyncio.AbstractEventLoop) -> None:
+        self.request = request
+        self.loop = loop
+        self.queued_at = time.monotonic()
+        self.started_at: float | None = None
+        self.reply: Reply | None = None
+        self.cancel_requested = False
+        self._events: asyncio.Queue[Event | None] = asyncio.Queue()
+
+    def push(self, event: Event | None) -> None:
+        """From the worker thread; a loop that has closed (server shutdown) drops it."""
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(self._events.put_nowait, event)
+
+    async def get(self) -> Event | None:
+        """The next event; None once the job has ended. Safe to cancel (a timeout)."""
+        return await self._events.get()
+
+    async def stream(self) -> AsyncIterator[Event]:
+        """TextDelta, Metrics and the final Done / Error / Exited, as the engine sends them."""
+        while (event := await self._events.get()) is not None:
+            yield event
+
+
+class EngineQueue:
+    """Admits, queues and runs chat jobs on one engine. Thread-safe."""
+
+    def __init__(self, client: EngineClient, max_waiting: int) -> None:
+        self.client = client
+        self.max_waiting = max_waiting
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="deskllm-api-engine")
+        self._lock = threading.Lock()
+        self._pending = 0  # admitted and not finished: the running job and those waiting
+        self._running: Job | None = None
+        self.on_done: Callable[[Done], None] | None = None  # every reply's figures
+
+    @property
+    def waiting(self) -> int:
+        with self._lock:
+            return self._pending - (1 if self._running is not None else 0)
+
+    @property
+    def busy(self) -> bool:
+        with self._lock:
+            return self._running is not None
+
+    def submit(self, request: ChatRequest) -> Job:
+        """Admit a request or raise QueueFull. Call from the event loop that reads the job."""
+        job = Job(request, asyncio.get_running_loop())
+        with self._lock:
+            if self._pending > self.max_waiting:
+                raise QueueFull(self._pending - (1 if self._running is not None else 0))
+            self._pending += 1
+        self._executor.submit(self._run, job)
+        return job
+
+    def cancel(self, job: Job) -> None:
+        """Stop a job: a waiting one is skipped, a running one's reply is cancelled. Under the
+        lock, so the engine's Cancel can only reach the reply it was meant for."""
+        with self._lock:
+            job.cancel_requested = True
+            if self._running is job and job.reply is not None:
+                job.reply.cancel()
+
+    def _run(self, job: Job) -> None:
+        try:
+            with self._lock:
+                if job.cancel_requested:
+                    return
+                self._running = job
+                job.started_at = time.monotonic()
+                r = job.request
+                job.reply = self.client.chat(r.conversation_id, r.messages, r.sampling)
+            cancelled = False
+            for event in job.reply.events():
+                if isinstance(event, _PASSED_ON):
+                    job.push(event)
+                if isinstance(event, Done) and self.on_done is not None:
+                    self.on_done(event)  # here: a reply whose client left counts too
+                # A cancel that came before the engine had the request is sent again now.
+                if job.cancel_requested and not cancelled:
+                    cancelled = True
+                    job.reply.cancel()
+        except Exception as exc:  # never leave a reader waiting, never kill the worker thread
+            log.exception("API request failed in the engine thread")
+            job.push(Error(None, f"internal error: {exc}"))
+        finally:
+            with self._lock:
+                self._pending -= 1
+                if self._running is job:
+                    self._running = None
+            job.push(None)
+
+    def close(self) -> None:
+        with self._lock:
+            running = self._running
+            if running is not None and running.reply is not None:
+                running.reply.cancel()
+        self._executor.shutdown(wait=True, cancel_futures=True)

@@ -1,0 +1,88 @@
+"""The one builder of OpenAI-shaped errors: `{"error": {"message", "type", "param", "code"}}`,
+so every endpoint fails alike and the official SDKs raise their own exception types."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from deskllm.engine.errors import ErrorKind
+
+
+@dataclass
+class ApiError(Exception):
+    """An error to answer with. `headers` carries Retry-After and WWW-Authenticate."""
+
+    status: int
+    message: str
+    type: str = "invalid_request_error"
+    param: str | None = None
+    code: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        super().__init__(self.message)
+
+    def body(self) -> dict:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+def bad_request(message: str, param: str | None = None, code: str | None = None) -> ApiError:
+    return ApiError(400, message, param=param, code=code)
+
+
+def unauthorized() -> ApiError:
+    return ApiError(
+        401,
+        "Incorrect or missing API key: send it as 'Authorization: Bearer <key>'.",
+        type="authentication_error",
+        code="invalid_api_key",
+        headers={"WWW-Authenticate": "Bearer"},
+    )
+
+
+def model_not_found(name: str, served: str) -> ApiError:
+    return ApiError(
+        404,
+        f"The model {name!r} does not exist on this server; it serves {served!r}.",
+        param="model",
+        code="model_not_found",
+    )
+
+
+def body_too_large(limit: int) -> ApiError:
+    return ApiError(413, f"The request body is larger than {limit} bytes.",
+                    code="request_too_large")  # fmt: skip
+
+
+def queue_full(waiting: int, retry_after_s: int) -> ApiError:
+    return ApiError(
+        429,
+        f"The engine is answering another request and its queue ({waiting} waiting) is full; "
+        "retry later.",
+        type="rate_limit_error",
+        code="queue_full",
+        headers={"Retry-After": str(retry_after_s)},
+    )
+
+
+def loading(reason: str | None = None) -> ApiError:
+    message = reason or "The model is still loading; retry in a few seconds."
+    return ApiError(503, message, type="server_error", code="model_loading",
+                    headers={"Retry-After": "5"})  # fmt: skip
+
+
+def from_engine(kind: ErrorKind, reason: str) -> ApiError:
+    """An engine failure as an answer: what the request asked for is 400, the rest 5xx."""
+    if kind in (ErrorKind.CONTEXT, ErrorKind.TEMPLATE):
+        code = "context_length_exceeded" if kind == ErrorKind.CONTEXT else "template_error"
+        return ApiError(400, reason, param="messages", code=code)
+    if kind in (ErrorKind.NO_MODEL, ErrorKind.CRASH_LOOP):
+        return ApiError(503, reason, type="server_error", code=str(kind))
+    return ApiError(500, reason, type="server_error", code=str(kind))

@@ -1,0 +1,118 @@
+"""ASGI middleware in front of every route: the API key, the body size limit, and the
+request counter. Pure ASGI (not BaseHTTPMiddleware) so streamed responses pass untouched and
+the route still hears the client's disconnect."""
+
+from __future__ import annotations
+
+import hmac
+import json
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from deskllm.server import errors
+from deskllm.server.metrics import ServerMetrics
+
+OPEN_PATHS = frozenset({"/health"})  # load balancers and the GUI probe it without a key
+
+
+def presented_key(scope: Scope) -> str | None:
+    """The key from 'Authorization: Bearer KEY' (OpenAI's SDK) or 'x-api-key' (Anthropic's)."""
+    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+    auth = headers.get("authorization", "")
+    if auth[:7].lower() == "bearer ":
+        return auth[7:].strip()
+    return headers.get("x-api-key")
+
+
+def key_matches(expected: str, presented: str | None) -> bool:
+    """Constant time, so the answer's timing does not tell how much of a guess was right."""
+    return presented is not None and hmac.compare_digest(
+        expected.encode("utf-8"), presented.encode("utf-8")
+    )
+
+
+async def send_error(send: Send, error: errors.ApiError) -> None:
+    body = json.dumps(error.body()).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    headers += [(k.lower().encode(), v.encode()) for k, v in error.headers.items()]
+    await send({"type": "http.response.start", "status": error.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class Guards:
+    def __init__(self, app: ASGIApp, api_key: str | None, max_body_bytes: int,
+                 metrics: ServerMetrics) -> None:  # fmt: skip
+        self.app = app
+        self.api_key = api_key
+        self.max_body_bytes = max_body_bytes
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = {"code": 500}
+
+        async def counting_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+
+        try:
+            await self._guarded(scope, receive, counting_send)
+        finally:
+            path = scope["path"] if scope["path"] in _KNOWN_PATHS else "other"
+            self.metrics.count_request(path, status["code"])
+
+    async def _guarded(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            self.api_key
+            and scope["path"] not in OPEN_PATHS
+            and not key_matches(self.api_key, presented_key(scope))
+        ):
+            await send_error(send, errors.unauthorized())
+            return
+        body = await self._read_body(scope, receive)
+        if body is None:
+            await send_error(send, errors.body_too_large(self.max_body_bytes))
+            return
+        replayed = False
+
+        async def replay() -> Message:
+            # The whole body once, then the client's own messages (its disconnect).
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> bytes | None:
+        """The request body, or None when it is over the limit (by its Content-Length or
+        as it arrives, for chunked bodies)."""
+        for name, value in scope["headers"]:
+            if name.lower() == b"content-length":
+                try:
+                    if int(value) > self.max_body_bytes:
+                        return None
+                except ValueError:
+                    pass
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break  # the client went away: the app sees an empty body
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return b"".join(chunks)
+
+
+_KNOWN_PATHS = frozenset({"/health", "/metrics", "/v1/models", "/v1/chat/completions",
+                          "/openapi.json", "/docs"})  # fmt: skip

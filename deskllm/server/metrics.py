@@ -1,0 +1,85 @@
+"""Figures for GET /metrics, in Prometheus' text format (written here: a few counters and one
+histogram need no library)."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+from deskllm.engine.protocol import Done
+
+TTFT_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+class ServerMetrics:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.requests: Counter[tuple[str, int]] = Counter()  # (path, status) → count
+        self.replies: Counter[str] = Counter()  # finish reason → count
+        self.prompt_tokens = 0
+        self.cached_tokens = 0
+        self.completion_tokens = 0
+        self._ttft_counts = [0] * len(TTFT_BUCKETS_S)
+        self._ttft_sum = 0.0
+        self._ttft_n = 0
+
+    def count_request(self, path: str, status: int) -> None:
+        with self._lock:
+            self.requests[(path, status)] += 1
+
+    def count_done(self, done: Done) -> None:
+        m = done.metrics
+        with self._lock:
+            self.replies[done.finish_reason] += 1
+            self.prompt_tokens += m.prompt_tokens
+            self.cached_tokens += m.cached_tokens
+            self.completion_tokens += m.generated_tokens
+            ttft_s = m.ttft_s
+            if ttft_s is not None:
+                self._ttft_sum += ttft_s
+                self._ttft_n += 1
+                for i, bound in enumerate(TTFT_BUCKETS_S):
+                    if ttft_s <= bound:
+                        self._ttft_counts[i] += 1
+
+    def render(self, waiting: int, running: int, ready: bool) -> str:
+        with self._lock:
+            lines = [
+                "# HELP deskllm_requests_total HTTP requests answered, by path and status.",
+                "# TYPE deskllm_requests_total counter",
+            ]
+            for (path, status), n in sorted(self.requests.items()):
+                lines.append(f'deskllm_requests_total{{path="{path}",status="{status}"}} {n}')
+            lines += [
+                "# HELP deskllm_replies_total Engine replies, by finish reason.",
+                "# TYPE deskllm_replies_total counter",
+            ]
+            for reason, n in sorted(self.replies.items()):
+                lines.append(f'deskllm_replies_total{{finish_reason="{reason}"}} {n}')
+            lines += [
+                "# HELP deskllm_tokens_total Tokens processed, by kind.",
+                "# TYPE deskllm_tokens_total counter",
+                f'deskllm_tokens_total{{kind="prompt"}} {self.prompt_tokens}',
+                f'deskllm_tokens_total{{kind="prompt_cached"}} {self.cached_tokens}',
+                f'deskllm_tokens_total{{kind="completion"}} {self.completion_tokens}',
+                "# HELP deskllm_queue_length Requests waiting for the engine.",
+                "# TYPE deskllm_queue_length gauge",
+                f"deskllm_queue_length {waiting}",
+                "# HELP deskllm_requests_running Requests the engine is answering.",
+                "# TYPE deskllm_requests_running gauge",
+                f"deskllm_requests_running {running}",
+                "# HELP deskllm_model_ready 1 once the model is loaded.",
+                "# TYPE deskllm_model_ready gauge",
+                f"deskllm_model_ready {int(ready)}",
+                "# HELP deskllm_ttft_seconds Time to first token, from the engine's start on "
+                "the request.",
+                "# TYPE deskllm_ttft_seconds histogram",
+            ]
+            for bound, n in zip(TTFT_BUCKETS_S, self._ttft_counts, strict=True):
+                lines.append(f'deskllm_ttft_seconds_bucket{{le="{bound}"}} {n}')
+            lines += [
+                f'deskllm_ttft_seconds_bucket{{le="+Inf"}} {self._ttft_n}',
+                f"deskllm_ttft_seconds_sum {self._ttft_sum}",
+                f"deskllm_ttft_seconds_count {self._ttft_n}",
+            ]
+        return "\n".join(lines) + "\n"

@@ -1,0 +1,283 @@
+"""`deskllm serve` on the starter model, driven by clients nobody here wrote: the official
+`openai` SDK, curl and a plain HTTP client."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+from pathlib import Path
+
+import httpx2
+import openai
+import pytest
+from server_helpers import API_KEY, running_server
+
+GREEDY = {"temperature": 0, "max_tokens": 16}
+# Long enough that only a cancel ends it early (the context ends it at the latest).
+LONG = {"temperature": 0, "max_tokens": 2048, "extra_body": {"ignore_eos": True}}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, session_home: Path, extra_bufts: bool):
+    home = tmp_path_factory.mktemp("serve-home")
+    with running_server(home, session_home, "--api-key", API_KEY) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def client(server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.v1, api_key=API_KEY, max_retries=0, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def model(client) -> str:
+    return client.models.list().data[0].id
+
+
+def ask(text: str) -> list[dict]:
+    return [{"role": "system", "content": "You are brief."}, {"role": "user", "content": text}]
+
+
+def metric(server, line_start: str) -> float:
+    text = httpx2.get(server.url + "/metrics", headers=auth()).text
+    for line in text.splitlines():
+        if line.startswith(line_start + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def auth(key: str = API_KEY) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def test_models_lists_the_loaded_model(client):
+    [card] = client.models.list().data
+    assert card.id == "SmolLM2-135M-Instruct (Q4_1)"
+    assert card.owned_by == "deskllm" and card.object == "model"
+
+
+def test_chat_answers_with_usage_and_timings(client, model):
+    reply = client.chat.completions.create(
+        model=model, messages=ask("What colour is the sky?"), user="usage", **GREEDY
+    )
+    [choice] = reply.choices
+    assert choice.message.role == "assistant" and choice.message.content.strip()
+    assert choice.finish_reason in ("stop", "length")
+    usage = reply.usage
+    assert usage.prompt_tokens > 10 and 0 < usage.completion_tokens <= 16
+    assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+    timings = reply.model_extra["timings"]
+    assert timings["predicted_n"] == usage.completion_tokens
+    assert timings["prompt_n"] + timings["cache_n"] == usage.prompt_tokens
+    # The same question again from the same user: its prompt is in the KV cache already.
+    again = client.chat.completions.create(
+        model=model, messages=ask("What colour is the sky?"), user="usage", **GREEDY
+    )
+    assert again.usage.prompt_tokens_details.cached_tokens > 0
+    assert again.choices[0].message.content == choice.message.content  # greedy
+
+
+def test_content_as_text_parts_equals_content_as_a_string(client, model):
+    parts = [{"type": "text", "text": "What colour "}, {"type": "text", "text": "is grass?"}]
+    as_parts = client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": parts}], **GREEDY
+    )
+    as_text = client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "What colour is grass?"}], **GREEDY
+    )
+    assert as_parts.choices[0].message.content == as_text.choices[0].message.content
+
+
+def test_stream_gives_the_same_text_as_a_whole_reply_and_a_usage_chunk(client, model):
+    whole = client.chat.completions.create(model=model, messages=ask("Name a fruit."), **GREEDY)
+    chunks = list(
+        client.chat.completions.create(
+            model=model, messages=ask("Name a fruit."), stream=True,
+            stream_options={"include_usage": True}, **GREEDY,
+        )
+    )  # fmt: skip
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
+    assert finishes[-1] in ("stop", "length") and not any(finishes[:-1])
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+    without = list(
+        client.chat.completions.create(
+            model=model, messages=ask("Name a fruit."), stream=True, **GREEDY
+        )
+    )
+    assert all(c.usage is None for c in without)
+
+
+def test_stop_strings_and_max_tokens_are_obeyed(client, model):
+    free = client.chat.completions.create(
+        model=model, messages=ask("Count from 1 to 20."), temperature=0, max_tokens=60
+    ).choices[0].message.content
+    word = free.split()[2]
+    stopped = client.chat.completions.create(
+        model=model, messages=ask("Count from 1 to 20."), temperature=0, max_tokens=60,
+        stop=[word],
+    ).choices[0]  # fmt: skip
+    assert word not in stopped.message.content and free.startswith(stopped.message.content)
+    assert stopped.finish_reason == "stop"
+    short = client.chat.completions.create(
+        model=model, messages=ask("Count from 1 to 20."), temperature=0,
+        max_completion_tokens=3,
+    )  # fmt: skip
+    assert short.usage.completion_tokens == 3 and short.choices[0].finish_reason == "length"
+
+
+def test_errors_are_the_sdks_own_exception_types(server, client, model):
+    stranger = openai.OpenAI(base_url=server.v1, api_key="wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError) as exc:
+        stranger.models.list()
+    assert exc.value.code == "invalid_api_key"
+    with pytest.raises(openai.NotFoundError) as exc:
+        client.chat.completions.create(model="no-such-model", messages=ask("Hi"))
+    assert exc.value.code == "model_not_found" and exc.value.param == "model"
+    with pytest.raises(openai.BadRequestError) as exc:
+        client.chat.completions.create(model=model, messages=ask("Hi"), temperature=5)
+    assert exc.value.param == "temperature"
+    with pytest.raises(openai.BadRequestError) as exc:
+        client.chat.completions.create(model=model, messages=ask("Hi"), n=2)
+    assert exc.value.param == "n"
+    with pytest.raises(openai.BadRequestError) as exc:
+        client.chat.completions.create(model=model, messages=[])
+    assert exc.value.param == "messages"
+
+
+def error_of(response: httpx2.Response) -> dict:
+    body = response.json()
+    assert set(body) == {"error"}
+    assert set(body["error"]) == {"message", "type", "param", "code"}
+    return body["error"]
+
+
+def test_http_errors_are_openai_shaped(server):
+    chat = server.v1 + "/chat/completions"
+    json_headers = auth() | {"Content-Type": "application/json"}
+    r = httpx2.post(chat, content=b'{"model": "x", "messages": [', headers=json_headers)
+    assert r.status_code == 400 and error_of(r)["code"] == "invalid_json"
+    r = httpx2.post(chat, content=b"x" * (5 * 2**20), headers=json_headers)
+    assert r.status_code == 413 and error_of(r)["code"] == "request_too_large"
+    r = httpx2.post(chat, json={"model": "x", "messages": ask("Hi")})
+    assert r.status_code == 401 and error_of(r)["type"] == "authentication_error"
+    r = httpx2.get(server.v1 + "/no-such-endpoint", headers=auth())
+    assert r.status_code == 404 and error_of(r)["message"]
+    r = httpx2.get(chat, headers=auth())
+    assert r.status_code == 405 and error_of(r)["message"]
+    assert httpx2.get(server.url + "/health").json() == {"status": "ok"}  # no key needed
+
+
+def test_no_malformed_request_harms_the_server(server, model):
+    bodies = [
+        [], "text", 42, None, {"model": model}, {"messages": ask("Hi")},
+        {"model": model, "messages": "Hi"},
+        {"model": model, "messages": [{"role": "wizard", "content": "Hi"}]},
+        {"model": model, "messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
+        {"model": model, "messages": ask("Hi"), "max_tokens": -1},
+        {"model": model, "messages": ask("Hi"), "seed": 2**80},
+        {"model": model, "messages": ask("Hi"), "top_k": 2**40},
+        {"model": model, "messages": ask("Hi"), "stop": [1, 2]},
+        {"model": model, "messages": ask("Hi"), "stream": "sometimes"},
+        {"model": model, "messages": ask("Hi"), "tools": [{"type": "function"}]},
+        {"model": model, "messages": ask("Hi"), "response_format": {"type": "json_schema"}},
+        {"model": model, "messages": [{"role": "tool", "content": "42"}]},
+        {"model": model, "messages": ask("\udcff" * 3)},
+        {"model": model, "messages": ask("Hi"), "stop": "\udcff"},
+    ]
+    for body in bodies:
+        r = httpx2.post(server.v1 + "/chat/completions",
+                        content=json.dumps(body).encode(), headers=auth())  # fmt: skip
+        assert r.status_code == 400, (body, r.text)
+        assert error_of(r)["message"]
+    assert httpx2.get(server.url + "/health").status_code == 200
+
+
+def test_curl_shows_raw_server_sent_events(server, model):
+    body = {"model": model, "messages": ask("Hi"), "stream": True} | GREEDY
+    r = subprocess.run(
+        ["curl", "-sS", "-N", server.v1 + "/chat/completions", "-H",
+         f"Authorization: Bearer {API_KEY}", "-H", "Content-Type: application/json",
+         "-d", json.dumps(body)],
+        capture_output=True, text=True, timeout=300, check=True,
+    )  # fmt: skip
+    events = [line for line in r.stdout.split("\n\n") if line.strip()]
+    assert all(e.startswith("data: ") for e in events), r.stdout
+    assert events[-1] == "data: [DONE]"
+    chunks = [json.loads(e.removeprefix("data: ")) for e in events[:-1]]
+    assert {c["object"] for c in chunks} == {"chat.completion.chunk"}
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks).strip()
+
+
+def test_concurrent_streams_are_queued_and_each_answers_its_own_prompt(client, model):
+    prompts = ["Name a colour.", "Name an animal."]
+    alone = {
+        p: client.chat.completions.create(model=model, messages=ask(p), **GREEDY)
+        .choices[0].message.content
+        for p in prompts
+    }  # fmt: skip
+    texts: dict[str, str] = {}
+
+    def stream(prompt: str) -> None:
+        chunks = client.chat.completions.create(
+            model=model, messages=ask(prompt), stream=True, **GREEDY
+        )
+        texts[prompt] = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
+    threads = [threading.Thread(target=stream, args=(p,)) for p in prompts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert texts == alone
+
+
+def test_a_client_that_disconnects_cancels_its_reply(server, client, model):
+    cancelled = metric(server, 'deskllm_replies_total{finish_reason="cancelled"}')
+    stream = client.chat.completions.create(model=model, messages=ask("Tell a story."),
+                                            stream=True, **LONG)  # fmt: skip
+    for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            break
+    stream.close()  # the connection closes mid-stream
+    # The next request runs once the engine is free: after the cancelled reply has ended.
+    after = client.chat.completions.create(model=model, messages=ask("Hi"), **GREEDY)
+    assert after.choices[0].message.content
+    assert metric(server, 'deskllm_replies_total{finish_reason="cancelled"}') == cancelled + 1
+
+
+def test_health_metrics_and_openapi(server):
+    assert httpx2.get(server.url + "/health").json() == {"status": "ok"}
+    text = httpx2.get(server.url + "/metrics", headers=auth()).text
+    for name in ("deskllm_requests_total", "deskllm_tokens_total", "deskllm_queue_length",
+                 "deskllm_ttft_seconds_bucket", "deskllm_ttft_seconds_count"):  # fmt: skip
+        assert name in text
+    assert metric(server, 'deskllm_tokens_total{kind="completion"}') > 0
+    schema = httpx2.get(server.url + "/openapi.json", headers=auth()).json()
+    assert {"/v1/models", "/v1/chat/completions", "/health"} <= set(schema["paths"])
+    assert httpx2.get(server.url + "/metrics").status_code == 401
+
+
+def test_a_full_queue_answers_429_with_retry_after(tmp_path, session_home, extra_bufts):
+    with running_server(tmp_path, session_home, "--max-queue", "0") as srv:
+        client = openai.OpenAI(base_url=srv.v1, api_key="unused", max_retries=0, timeout=300)
+        model = client.models.list().data[0].id
+        long = client.chat.completions.create(model=model, messages=ask("Tell a story."),
+                                              stream=True, **LONG)  # fmt: skip
+        try:
+            for chunk in long:  # the engine answers it: nothing may wait behind it
+                if chunk.choices and chunk.choices[0].delta.content:
+                    break
+            with pytest.raises(openai.RateLimitError) as exc:
+                client.chat.completions.create(model=model, messages=ask("Hi"), **GREEDY)
+            assert exc.value.code == "queue_full"
+            assert int(exc.value.response.headers["Retry-After"]) >= 1
+        finally:
+            long.close()
+        # Once it has gone, a client that honours Retry-After is answered.
+        patient = client.with_options(max_retries=5)
+        again = patient.chat.completions.create(model=model, messages=ask("Hi"), **GREEDY)
+        assert again.choices[0].message.content
