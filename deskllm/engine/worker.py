@@ -82,7 +82,6 @@ class Worker:
         self.in_request = False  # a request is being handled: the client waits for an answer
         self.sent = 0  # events sent: the heartbeat's sign of progress
 
-
     def send(self, event: object) -> None:
         with self.send_lock:
             self.conn.send(event)

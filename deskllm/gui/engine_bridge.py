@@ -115,7 +115,9 @@ class EngineBridge(QObject):
         except EngineError as exc:
             self.tasks.post(self.load_failed.emit, str(exc))
             return
-        if loaded is not None:
+        if loaded is None:
+            self.tasks.post(self.load_failed.emit, "no model was loaded to restart with")
+        else:
             self.tasks.post(self.loaded.emit, loaded)
 
     def _unload(self) -> None:
