@@ -20,7 +20,8 @@ def _lint_imports(package_parent: Path, tmp_path: Path) -> subprocess.CompletedP
     """import-linter on the `deskllm` package found first under `package_parent`."""
     env = os.environ | {"PYTHONPATH": str(package_parent)}
     return subprocess.run(
-        [str(LINT_IMPORTS), "--no-cache", str(ROOT / "pyproject.toml")],
+        # --config: import-linter before 2.2 takes no positional config file.
+        [str(LINT_IMPORTS), "--no-cache", "--config", str(ROOT / "pyproject.toml")],
         cwd=tmp_path,
         env=env,
         capture_output=True,
