@@ -9,6 +9,10 @@ tokens, and both are timed the same way: from the first text the client receives
 of the reply, (tokens - 1) / seconds.
   client_tg_tps  EngineClient.chat → Reply, in this process (what `deskllm bench` times)
   api_tg_tps     POST /v1/chat/completions with stream=true, read as raw SSE over HTTP
+  *_engine_tg_tps  the engine's own decode speed in the same runs (Metrics.tg_tps, the API's
+                 timings.predicted_per_second): on a busy machine the engine itself slows
+                 down, so *_delivery (client tok/s / engine tok/s) isolates what each path's
+                 transport costs
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -36,7 +41,7 @@ PROMPT = "Write a long story about a lighthouse."
 REPEATS = 2  # each path keeps the best of this many runs per round, alike
 
 
-def client_tps(client: EngineClient, tokens: int) -> float:
+def client_tps(client: EngineClient, tokens: int) -> tuple[float, float]:
     sampling = Sampling(temperature=0.0, repeat_penalty=1.0, max_tokens=tokens, ignore_eos=True)
     reply = client.chat(uuid.uuid4().hex, [ChatMessage("user", PROMPT)], sampling)
     first = None
@@ -46,17 +51,18 @@ def client_tps(client: EngineClient, tokens: int) -> float:
     end = time.perf_counter()
     if reply.done is None or first is None:
         raise RuntimeError(f"the reply failed: {reply.error}")
-    return (reply.done.metrics.generated_tokens - 1) / (end - first)
+    tps = (reply.done.metrics.generated_tokens - 1) / (end - first)
+    return tps, reply.done.metrics.tg_tps or 0.0
 
 
-def api_tps(http: httpx2.Client, url: str, model: str, tokens: int) -> float:
+def api_tps(http: httpx2.Client, url: str, model: str, tokens: int) -> tuple[float, float]:
     body = {
         "model": model, "messages": [{"role": "user", "content": PROMPT}], "stream": True,
         "temperature": 0, "repeat_penalty": 1.0, "max_tokens": tokens, "ignore_eos": True,
         "stream_options": {"include_usage": True}, "user": uuid.uuid4().hex,
     }  # fmt: skip
     first = end = None
-    generated = 0
+    generated, engine_tps = 0, 0.0
     with http.stream("POST", url + "/v1/chat/completions", json=body) as response:
         response.raise_for_status()
         for line in response.iter_lines():
@@ -68,6 +74,7 @@ def api_tps(http: httpx2.Client, url: str, model: str, tokens: int) -> float:
             chunk = json.loads(data)
             if chunk.get("usage"):
                 generated = chunk["usage"]["completion_tokens"]
+                engine_tps = chunk["timings"]["predicted_per_second"] or 0.0
             elif chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
                 if first is None:
                     first = time.perf_counter()
@@ -75,7 +82,7 @@ def api_tps(http: httpx2.Client, url: str, model: str, tokens: int) -> float:
                 end = time.perf_counter()
     if first is None or end is None or generated < 2:
         raise RuntimeError("the streamed reply was too short to time")
-    return (generated - 1) / (end - first)
+    return (generated - 1) / (end - first), engine_tps
 
 
 def start_server(model_path: str, threads: int, ctx: int) -> tuple[subprocess.Popen, str]:
@@ -110,6 +117,8 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
+    # Killed by a timeout: still stop the server (the finally below).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     model_path = resolve_model(ModelLibrary(open_database()), args.model)
     process, url = start_server(model_path, args.threads, args.ctx)
     try:
@@ -128,14 +137,24 @@ def main() -> int:
     finally:
         process.terminate()
         process.wait(30)
+    direct_tps, direct_engine = [d for d, _ in direct], [e for _, e in direct]
+    api_tps_, api_engine = [a for a, _ in api], [e for _, e in api]
     result = {
         "model": Path(model_path).name,
         "n_threads": args.threads,
         "tokens": args.tokens,
-        "client_tg_tps": statistics.median(direct),
-        "api_tg_tps": statistics.median(api),
-        "api_over_client": statistics.median(a / d for a, d in zip(api, direct, strict=True)),
-        "samples": {"client": direct, "api": api},
+        "client_tg_tps": statistics.median(direct_tps),
+        "api_tg_tps": statistics.median(api_tps_),
+        "api_over_client": statistics.median(
+            a / d for a, d in zip(api_tps_, direct_tps, strict=True)
+        ),
+        "client_engine_tg_tps": statistics.median(direct_engine),
+        "api_engine_tg_tps": statistics.median(api_engine),
+        "client_delivery": statistics.median(
+            d / e for d, e in zip(direct_tps, direct_engine, strict=True)
+        ),
+        "api_delivery": statistics.median(a / e for a, e in zip(api_tps_, api_engine, strict=True)),
+        "samples": {"client": direct_tps, "api": api_tps_},
         "cpu_count": os.cpu_count(),
     }
     print(json.dumps(result, indent=2))
