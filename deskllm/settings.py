@@ -122,13 +122,6 @@ class Settings:
     def models_path(self) -> Path:
         return Path(self.models_dir).expanduser() if self.models_dir else paths.models_dir()
 
-    def threads(self) -> int:
-        if self.n_threads > 0:
-            return self.n_threads
-        import psutil
-
-        return psutil.cpu_count(logical=False) or os.cpu_count() or 1
-
 
 def _too_small(name: str, spec: SettingSpec) -> str:
     if name == "n_ctx":

@@ -112,7 +112,7 @@ def _raw_tg(queue, model_path: str, n_ctx: int, n_threads: int, extra_bufts: boo
             if first is None:
                 first = time.perf_counter()
         rates.append((count - 1) / (time.perf_counter() - first))
-    queue.put(max(rates))
+    queue.put({"tps": max(rates), "library": llama_cpp.__file__})
 
 
 def _native_tg(queue, model_path: str, n_ctx: int, n_threads: int, extra_bufts: bool) -> None:
@@ -146,7 +146,9 @@ def _native_tg(queue, model_path: str, n_ctx: int, n_threads: int, extra_bufts: 
     queue.put({"tps": max(rates), "library": L.__file__})
 
 
-def _in_child(target, *args):
+def _in_child(target, *args) -> dict:
+    """Run a decode loop in a fresh process: {"tps": its best rate, "library": the llama_cpp
+    it imported}."""
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
     child = ctx.Process(target=target, args=(queue, *args))
@@ -228,14 +230,9 @@ def run_bench(params: LoadParams, rounds: int = 3) -> dict:
         for _ in range(rounds):
             # Interleaved, and compared within each round, so that load on the machine hits
             # the paths alike.
-            raw.append(
-                _in_child(_raw_tg, p.model_path, loaded.n_ctx, p.n_threads, p.use_extra_bufts)
-            )
-            native.append(
-                _in_child(_native_tg, p.model_path, loaded.n_ctx, p.n_threads, p.use_extra_bufts)[
-                    "tps"
-                ]
-            )
+            args = (p.model_path, loaded.n_ctx, p.n_threads, p.use_extra_bufts)
+            raw.append(_in_child(_raw_tg, *args)["tps"])
+            native.append(_in_child(_native_tg, *args)["tps"])
             tg.append(
                 max(
                     _client_tg_tps(client.chat(uuid.uuid4().hex, prompt, tg_sampling))
