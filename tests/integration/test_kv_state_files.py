@@ -37,6 +37,7 @@ class RealState:
     guard: str
     file: Path
     state: KvState
+    raw: bytes  # the file as written then: later tests run engines on the same folder
 
 
 def chat(client: EngineClient, cid: str, text: str):
@@ -54,8 +55,9 @@ def real_state(tmp_path_factory, starter_model, extra_bufts) -> RealState:
         chat(client, key, "Name three colours of the sea.")
     (file,) = kv_dir.glob(f"{key}.*.kv")  # written when the engine closed
     guard = file.name.split(".")[1]
+    raw = file.read_bytes()
     state = read_state_file(file, key, guard, BUDGET)
-    return RealState(params, kv_dir, key, guard, file, state)
+    return RealState(params, kv_dir, key, guard, file, state, raw)
 
 
 def copy_state(real: RealState, to: Path, key: str, state: KvState | None = None) -> Path:
@@ -170,7 +172,7 @@ def mutate(raw: bytes, mutation) -> bytes:
 
 @pytest.fixture(scope="module")
 def original(real_state) -> bytes:
-    return real_state.file.read_bytes()
+    return real_state.raw
 
 
 @settings(
