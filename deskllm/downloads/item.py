@@ -147,6 +147,7 @@ class _Reporter:
         self.base = 0  # bytes of the parts already finished
         self.meter = SpeedMeter()
         self._last = (0.0, None)
+        self._held: Progress | None = None  # the newest event the throttle held back
 
     def part_done(self, part: RemoteFile) -> None:
         self.base += part.size
@@ -156,18 +157,23 @@ class _Reporter:
             return  # a part is done, not the item: the caller reports that
         done = self.base + part_bytes
         speed = self.meter.add(done)
+        event = Progress(
+            id=self.item_id, name=self.item.what, state=state, bytes_done=done,
+            total=self.item.total, speed_bps=speed,
+            eta_s=SpeedMeter.eta(speed, self.item.total - done),
+        )  # fmt: skip
         now = time.monotonic()
         last_at, last_state = self._last
         if state == last_state and now - last_at < self.interval_s:
+            self._held = event
             return
+        if self._held is not None and self._held.state != state:
+            # Trailing edge: the bar shows the last bytes of a state before the next begins,
+            # even when the whole transfer fit inside one throttle interval.
+            self.callback(self._held)
+        self._held = None
         self._last = (now, state)
-        self.callback(
-            Progress(
-                id=self.item_id, name=self.item.what, state=state, bytes_done=done,
-                total=self.item.total, speed_bps=speed,
-                eta_s=SpeedMeter.eta(speed, self.item.total - done),
-            )
-        )  # fmt: skip
+        self.callback(event)
 
 
 def download_item(

@@ -4,6 +4,7 @@ not have (If-Range, a server that hangs, TLS with an unknown certificate)."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import shutil
 import ssl
@@ -362,3 +363,20 @@ def test_cancel_removes_the_partial(origin: Origin, tmp_path: Path):
     with pytest.raises(Interrupted):
         download_file(remote(origin.body), dest, control=control, options=FAST)
     assert not any(p.exists() for p in (dest, part_path(dest), sidecar_path(dest), lock_path(dest)))
+
+
+def test_progress_shows_the_last_bytes_even_when_a_transfer_beats_the_throttle(
+    origin: Origin, tmp_path: Path
+):
+    """A small file over a fast link finishes inside one 0.1 s throttle interval; the bar must
+    still reach the full size before it says 'verifying'."""
+    from deskllm.downloads.item import download_item
+
+    item = DownloadItem(REPO, (remote(origin.body),))
+    events = []
+    download_item(item, tmp_path, on_progress=events.append, options=FAST)
+    downloading = [e for e in events if e.state == DownloadState.DOWNLOADING]
+    assert downloading[-1].bytes_done == len(origin.body)
+    states = [e.state for e in events]
+    assert states.index(DownloadState.VERIFYING) > states.index(DownloadState.DOWNLOADING)
+    assert all(a.bytes_done <= b.bytes_done for a, b in itertools.pairwise(events))
