@@ -79,6 +79,11 @@ class Settings:
         SettingSpec("GPU layers", minimum=-1, maximum=999, suffix=" layers",
                     special=(-1, "all layers"), enabled_when=("gpu_offload", "manual")),
     )  # fmt: skip
+    usable_tps: int = setting(
+        5,
+        SettingSpec("Usable decode speed", "now", minimum=1, maximum=1000, suffix=" tok/s",
+                    help="the quantization recommended is the best one reaching this speed"),
+    )  # fmt: skip
     kv_ram_budget_mb: int = setting(
         512, SettingSpec("Prompt cache in RAM", minimum=0, maximum=1 << 20, suffix=" MiB")
     )

@@ -86,7 +86,13 @@ def run_download(args: argparse.Namespace) -> int:
 
     user = settings_mod.load()
     try:
-        item = resolve(args.repo, args.selector, n_ctx=user.n_ctx, kv_type=user.kv_type)
+        item = resolve(
+            args.repo,
+            args.selector,
+            n_ctx=user.n_ctx,
+            kv_type=user.kv_type,
+            usable_tps=user.usable_tps,
+        )
     except DownloadError as exc:
         return _fail(args, str(exc))
     bar = ProgressBar(sys.stderr)

@@ -20,7 +20,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="memory needed per quantization, what fits this machine, what to take",
         description="Estimate RAM and VRAM for each quantization of a model (a .gguf file, a "
         "folder of them, or a Hugging Face repo id), classify the fit (gpu, partial, cpu, "
-        "too_big) and recommend the best quality that fits.",
+        "too_big) and recommend the best quality that reaches a usable decode speed (else "
+        "the fastest that fits).",
     )
     parser.add_argument("model", help="a .gguf file, a folder of .gguf files, or owner/repo")
     parser.add_argument(
@@ -43,6 +44,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="offload to this device (name or engine device such as Vulkan0), "
         "also a CPU-type one the planner would not pick by itself",
+    )
+    parser.add_argument(
+        "--usable-tps",
+        type=float,
+        default=None,
+        metavar="N",
+        help="decode speed in tokens/s the recommendation should reach (default: the setting)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run_plan)
@@ -88,6 +96,7 @@ def run_plan(args: argparse.Namespace) -> int:
             kv_type=args.kv or user.kv_type,
             gpu=args.gpu,
             corrections=_corrections(report, args.hardware is None),
+            usable_tps=args.usable_tps or user.usable_tps,
         )
     except (SourceError, ValueError) as exc:
         print(f"deskllm: {exc}", file=sys.stderr)

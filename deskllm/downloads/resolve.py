@@ -67,13 +67,14 @@ def choose(
     *,
     n_ctx: int = 4096,
     kv_type: str = "f16",
+    usable_tps: float = 5.0,
 ) -> DownloadItem:
     """The item a `QUANT` label or a `FILE` path (or file name) names; without one, the
     default. Side files (mmproj) are found by their path only, never chosen as a quant."""
     if not items:
         raise NotFoundError(f"{repo_id} has no complete GGUF model files")
     if not selector:
-        return default_item(items, repo_id, n_ctx=n_ctx, kv_type=kv_type)
+        return default_item(items, repo_id, n_ctx=n_ctx, kv_type=kv_type, usable_tps=usable_tps)
     wanted = selector.strip().strip("/")
     for item in items + (side_files or []):
         paths = [p.path for p in item.parts]
@@ -95,20 +96,22 @@ def default_item(
     *,
     n_ctx: int = 4096,
     kv_type: str = "f16",
+    usable_tps: float = 5.0,
 ) -> DownloadItem:
     """The quant to download when none was named: the planner's recommendation for this
-    machine (the best quality whose memory, KV cache and GPU offload included, fits). When
+    machine (the best quality that fits, KV cache and GPU offload included, and reaches
+    `usable_tps` tokens/s; else the fastest that fits). When
     the planner cannot answer (nothing fits, the probe failed), the smallest file, with the
     planner's refusal coming later at load time."""
     if repo_id is not None:
-        recommended = _recommended_path(repo_id, n_ctx, kv_type)
+        recommended = _recommended_path(repo_id, n_ctx, kv_type, usable_tps)
         for item in items:
             if recommended in [p.path for p in item.parts]:
                 return item
     return min(items, key=lambda i: i.total)
 
 
-def _recommended_path(repo_id: str, n_ctx: int, kv_type: str) -> str | None:
+def _recommended_path(repo_id: str, n_ctx: int, kv_type: str, usable_tps: float) -> str | None:
     from deskllm.planner.machine import current_hardware
     from deskllm.planner.plan_model import plan_model
 
@@ -116,7 +119,9 @@ def _recommended_path(repo_id: str, n_ctx: int, kv_type: str) -> str | None:
     if hardware is None:
         return None
     try:
-        planned = plan_model(repo_id, hardware, n_ctx=n_ctx, kv_type=kv_type)
+        planned = plan_model(
+            repo_id, hardware, n_ctx=n_ctx, kv_type=kv_type, usable_tps=usable_tps
+        )
     except Exception as exc:  # planning is advice: the download can still go ahead
         log.warning("could not plan %s (%s); taking the smallest file", repo_id, exc)
         return None
@@ -124,10 +129,16 @@ def _recommended_path(repo_id: str, n_ctx: int, kv_type: str) -> str | None:
 
 
 def resolve(
-    repo_id: str, selector: str | None = None, *, n_ctx: int = 4096, kv_type: str = "f16"
+    repo_id: str,
+    selector: str | None = None,
+    *,
+    n_ctx: int = 4096,
+    kv_type: str = "f16",
+    usable_tps: float = 5.0,
 ) -> DownloadItem:
     """The file(s) to download: `selector` (a quant or file name) or, without it, the
-    planner's recommendation for this machine at `n_ctx` tokens of `kv_type` KV cache."""
+    planner's recommendation for this machine at `n_ctx` tokens of `kv_type` KV cache,
+    reaching `usable_tps` tokens/s where a quant can."""
     details = repo_details(repo_id)
     revision = details.revision or "main"  # the commit the sizes and sha256 are of
     return choose(
@@ -137,4 +148,5 @@ def resolve(
         items_of(repo_id, details.mmproj, revision),
         n_ctx=n_ctx,
         kv_type=kv_type,
+        usable_tps=usable_tps,
     )

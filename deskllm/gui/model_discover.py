@@ -72,14 +72,14 @@ def memory_text(plan: QuantPlan) -> str:
     return f"{human_bytes(est.ram_bytes)} RAM{vram}"
 
 
-def _plan(repo_id: str, n_ctx: int) -> ModelPlan:
+def _plan(repo_id: str, n_ctx: int, usable_tps: float) -> ModelPlan:
     from deskllm.planner.machine import current_hardware
     from deskllm.planner.plan_model import plan_model
 
     hardware = current_hardware()
     if hardware is None:
         raise CatalogError("the hardware probe failed, so nothing can be planned")
-    return plan_model(repo_id, hardware, n_ctx=n_ctx)
+    return plan_model(repo_id, hardware, n_ctx=n_ctx, usable_tps=usable_tps)
 
 
 def _item(text: str, align_right: bool = False) -> QTableWidgetItem:
@@ -105,10 +105,16 @@ class DiscoverView(QWidget):
     download_finished = Signal(str)
 
     def __init__(
-        self, downloads: DownloadBridge, n_ctx: int = 4096, parent: QWidget | None = None
+        self,
+        downloads: DownloadBridge,
+        n_ctx: int = 4096,
+        parent: QWidget | None = None,
+        *,
+        usable_tps: float = 5.0,
     ) -> None:
         super().__init__(parent)
         self.downloads = downloads
+        self.usable_tps = usable_tps
         self.plan: ModelPlan | None = None
         self.repo_id: str | None = None
         self.rows: dict[int, DownloadRow] = {}
@@ -180,6 +186,11 @@ class DiscoverView(QWidget):
     @property
     def n_ctx(self) -> int:
         return int(self.context.currentData())
+
+    def set_usable_tps(self, usable_tps: float) -> None:
+        """The recommendation rule's speed floor changed (tokens/s): plan the repo again."""
+        self.usable_tps = usable_tps
+        self.replan()
 
     # Search --------------------------------------------------------------------------------
     def search(self) -> None:
@@ -254,8 +265,11 @@ class DiscoverView(QWidget):
             return
         self._plan_token += 1
         token, repo_id, n_ctx = self._plan_token, self.repo_id, self.n_ctx
+        usable = self.usable_tps
         self.plan_status.setText(f"Planning {repo_id} for {n_ctx:,} tokens of context…")
-        self._calls.run(lambda: _plan(repo_id, n_ctx), lambda f: self._on_planned(token, f))
+        self._calls.run(
+            lambda: _plan(repo_id, n_ctx, usable), lambda f: self._on_planned(token, f)
+        )
 
     def _on_planned(self, token: int, future: Future) -> None:
         if token != self._plan_token:

@@ -104,7 +104,9 @@ class ModelsPanel(QWidget):
         self.status = QLabel()
         self.status.setWordWrap(True)
         self.downloads = DownloadBridge(self.db_path, self, settings.value.models_path())
-        self.discover = DiscoverView(self.downloads, settings.value.n_ctx)
+        self.discover = DiscoverView(
+            self.downloads, settings.value.n_ctx, usable_tps=settings.value.usable_tps
+        )
         settings.changed.connect(self._settings_changed)
         self.tabs = QTabWidget()
         self.tabs.addTab(self._installed_tab(), "Installed")
@@ -128,6 +130,8 @@ class ModelsPanel(QWidget):
     def _settings_changed(self, new: Settings, changes: dict[str, str]) -> None:
         if "models_dir" in changes:
             self.downloads.set_models_dir(new.models_path())
+        if "usable_tps" in changes:
+            self.discover.set_usable_tps(new.usable_tps)
 
     def _installed_tab(self) -> QWidget:
         buttons = QHBoxLayout()

@@ -9,7 +9,7 @@ checked against available memory minus a margin.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from deskllm.catalog.quants import kl_divergence
@@ -32,6 +32,9 @@ VRAM_MARGIN = 1024 * MIB  # what llama.cpp's --fit keeps free per GPU (driver, o
 RAM_MARGIN_MIN = 512 * MIB
 RAM_MARGIN_FRACTION = 0.05  # of total RAM: the desktop and the app itself keep running
 FIT_CLASSES = ("gpu", "partial", "cpu", "too_big")
+# Decode speed (tokens/s) below which a reply reads slower than people read: the default of
+# the `usable_tps` setting, which callers hand to recommend().
+USABLE_TPS = 5.0
 
 
 def gib(n: float) -> str:
@@ -291,23 +294,55 @@ class FitPlanner:
         return f"on the CPU ({why}): {ram_text}"
 
     # Quantizations ----------------------------------------------------------------------------
-    def recommend(self, plans: Sequence[QuantPlan]) -> Recommendation | None:
-        """The best-quality quant (lowest KL-divergence, then the smaller file) that fits at
-        all; None when none does."""
+    def recommend(
+        self,
+        plans: Sequence[QuantPlan],
+        *,
+        usable_tps: float = USABLE_TPS,
+        measured_tps: Mapping[str, float] | None = None,
+    ) -> Recommendation | None:
+        """Among the quants that fit: the best quality (lowest KL-divergence, then the smaller
+        file) whose decode speed reaches `usable_tps` tokens/s, else the fastest. The speed is
+        `measured_tps[file]` where given, else the plan's ceiling. A full fit on a discrete
+        GPU whose speed is unknown counts as fast enough. None when nothing fits."""
         fitting = [p for p in plans if p.plan.fit != "too_big"]
         if not fitting:
             return None
-
-        def key(p: QuantPlan) -> tuple[float, int]:
-            kl = kl_divergence(p.quant)
-            return (kl if kl is not None else float("inf"), p.size_bytes)
-
-        best = min(fitting, key=key)
-        others = len(fitting) - 1
-        quality = "the best quality that fits" if others else "the only one that fits"
-        return Recommendation(
-            best.file, best.quant, f"{best.quant}: {quality}; {best.plan.reason}", best.plan
+        measured = measured_tps or {}
+        by_quality = sorted(fitting, key=_quality_key)
+        floor = f"{usable_tps:.10g} tok/s"
+        for p in by_quality:
+            speed = measured.get(p.file) or p.plan.tps_ceiling
+            if speed is not None and speed >= usable_tps:
+                how = "measured" if p.file in measured else "expected"
+                return self._recommendation(
+                    p, f"best quality reaching {floor} (~{speed:.0f} tok/s {how})"
+                )
+            if speed is None and self._fast_when_unknown(p.plan):
+                return self._recommendation(
+                    p,
+                    f"best quality fully on {self.gpu.name if self.gpu else 'the GPU'} (speed "
+                    f"not known; a full fit on a discrete GPU counts as reaching {floor})",
+                )
+        timed = [p for p in by_quality if (measured.get(p.file) or p.plan.tps_ceiling)]
+        if not timed:
+            # Nothing to compare speeds by (no bandwidth known): quality decides.
+            return self._recommendation(
+                by_quality[0], "best quality that fits (decode speed not known)"
+            )
+        fastest = max(timed, key=lambda p: measured.get(p.file) or p.plan.tps_ceiling or 0.0)
+        speed = measured.get(fastest.file) or fastest.plan.tps_ceiling or 0.0
+        how = "measured" if fastest.file in measured else "expected"
+        return self._recommendation(
+            fastest, f"none reaches {floor}; fastest that fits (~{speed:.1f} tok/s {how})"
         )
+
+    def _fast_when_unknown(self, plan: FitPlan) -> bool:
+        return plan.fit == "gpu" and self.gpu is not None and not self.gpu.shares_system_memory
+
+    @staticmethod
+    def _recommendation(p: QuantPlan, rule: str) -> Recommendation:
+        return Recommendation(p.file, p.quant, f"{p.quant}: {rule}; {p.plan.reason}", p.plan)
 
     # Refusal before a load --------------------------------------------------------------------
     def refusal(self, header: GgufHeader, load: LoadParams) -> str | None:
@@ -346,6 +381,11 @@ class FitPlanner:
                 "Offload fewer layers (n_gpu_layers) or choose a smaller quantization."
             )
         return None
+
+
+def _quality_key(p: QuantPlan) -> tuple[float, int]:
+    kl = kl_divergence(p.quant)
+    return (kl if kl is not None else float("inf"), p.size_bytes)
 
 
 def _breakdown(est: MemoryEstimate, device: str) -> str:

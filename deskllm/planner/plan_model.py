@@ -3,12 +3,12 @@ also used by `deskllm download` to pick the quant when none is named."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from deskllm.catalog.quants import quality_rank
 from deskllm.hardware.report import HardwareReport
-from deskllm.planner.fit import FitPlanner, QuantPlan, Recommendation
+from deskllm.planner.fit import USABLE_TPS, FitPlanner, QuantPlan, Recommendation
 from deskllm.planner.memory import Corrections
 from deskllm.planner.sources import Unreadable, find_sources
 
@@ -32,10 +32,13 @@ def plan_model(
     kv_type: str = "f16",
     gpu: str | None = None,
     corrections: Callable[[str], Corrections] | None = None,
+    usable_tps: float = USABLE_TPS,
+    measured_tps: Mapping[str, float] | None = None,
 ) -> ModelPlan:
     """MODEL is a .gguf file, a folder of them or a Hub repo id. Raises SourceError (and the
     catalog's errors) when nothing can be read; ValueError for an unknown `gpu`. `n_ctx` is
-    capped by the model's training context; callers pass the user's settings."""
+    capped by the model's training context; callers pass the user's settings (`usable_tps`:
+    the decode speed, tokens/s, a recommendation should reach; see FitPlanner.recommend)."""
     sources = find_sources(model)
     planner = FitPlanner(hardware, target=gpu, corrections=corrections)
     if sources.candidates:
@@ -49,5 +52,9 @@ def plan_model(
         ),
         key=lambda p: (quality_rank(p.quant), p.size_bytes),
     )
-    best = planner.recommend(plans) if plans else None
+    best = (
+        planner.recommend(plans, usable_tps=usable_tps, measured_tps=measured_tps)
+        if plans
+        else None
+    )
     return ModelPlan(model, n_ctx, kv, planner, tuple(plans), best, tuple(sources.errors))

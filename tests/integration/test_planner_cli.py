@@ -135,3 +135,18 @@ def test_plan_a_model_bigger_than_this_machine(tmp_path):
     assert q["fit"] == "too_big" and q["quant"] == "F16"
     assert q["memory_bytes"]["ram"] > out["hardware"]["ram_available_bytes"]
     assert out["recommended"] is None
+
+
+def test_the_recommendation_follows_the_usable_speed(quant_ladder, tmp_path):
+    folder = tmp_path / "models"
+    folder.mkdir()
+    for path in quant_ladder.values():
+        shutil.copy(path, folder / path.name)
+    out = plan_json(str(folder), "--hardware", str(DESKTOP))
+    assert out["recommended"]["quant"] == "Q8_0"
+    assert "best quality reaching 5 tok/s" in out["recommended"]["reason"]
+    # No file of a 135M model decodes at a million tokens/s: the fastest that fits is taken.
+    out = plan_json(str(folder), "--hardware", str(DESKTOP), "--usable-tps", "1000000")
+    fastest = max(out["quants"], key=lambda q: q["tps_ceiling"])
+    assert out["recommended"]["quant"] == fastest["quant"] != "Q8_0"
+    assert "none reaches 1000000 tok/s; fastest that fits" in out["recommended"]["reason"]

@@ -98,14 +98,69 @@ def test_a_fit_class_is_never_given_to_what_does_not_fit(name, n_ctx, ladder):
             assert plan.fit == "cpu" and est.vram_bytes == 0
 
 
-def test_recommendation_is_the_best_quality_that_fits(laptop, desktop, ladder):
-    for hw in (laptop, desktop):
-        planner = FitPlanner(hw)
-        plans = plans_for(planner, ladder)
-        best = planner.recommend(plans)
-        fitting = [p.quant for p in plans if p.plan.fit != "too_big"]
-        assert best.quant == fitting[0] == "Q8_0"
-        assert best.plan.fit != "too_big" and "Q8_0" in best.reason
+@pytest.fixture(scope="module")
+def cloud_vm() -> HardwareReport:
+    return profile("cloud_vm_2core_24gb.json")
+
+
+def test_a_slow_machine_trades_quality_for_a_usable_speed(cloud_vm, ladder):
+    # 2 cores, ~35 GB/s: an 8B Q8_0 decodes at ~4 tok/s at most, Q4_K_M at ~7.
+    planner = FitPlanner(cloud_vm)
+    plans = [p for p in plans_for(planner, ladder, 4096) if p.quant in ("Q8_0", "Q4_K_M")]
+    assert {p.plan.fit for p in plans} == {"cpu"}  # both fit: speed decides
+    best = planner.recommend(plans, usable_tps=5.0)
+    assert best.quant == "Q4_K_M"
+    assert best.reason.startswith("Q4_K_M: best quality reaching 5 tok/s (~7 tok/s expected)")
+
+
+@pytest.mark.parametrize("name", ["cloud_vm_2core_24gb.json", "desktop_cpu_16gb.json"])
+def test_the_best_quality_that_reaches_the_floor_is_taken(name, ladder):
+    planner = FitPlanner(profile(name))
+    plans = plans_for(planner, ladder, 4096)  # best quality first
+    best = planner.recommend(plans, usable_tps=5.0)
+    at = [p.quant for p in plans].index(best.quant)
+    assert best.plan.tps_ceiling >= 5.0
+    assert all(p.plan.tps_ceiling < 5.0 for p in plans[:at])  # every better one is too slow
+    assert best.quant in ("Q6_K", "Q5_K_M", "Q4_K_M")
+    # a lower floor lets the best that fits through
+    fitting = [p.quant for p in plans if p.plan.fit != "too_big"]
+    assert planner.recommend(plans, usable_tps=1.0).quant == fitting[0]
+
+
+def test_when_nothing_reaches_the_floor_the_fastest_that_fits_is_taken(desktop, ladder):
+    planner = FitPlanner(desktop)
+    best = planner.recommend(plans_for(planner, ladder, 4096), usable_tps=50.0)
+    assert best.quant == "Q2_K"
+    assert best.reason.startswith("Q2_K: none reaches 50 tok/s; fastest that fits")
+
+
+def test_a_measured_speed_wins_over_the_ceiling(desktop, ladder):
+    planner = FitPlanner(desktop)
+    plans = plans_for(planner, ladder, 4096)
+    q6 = next(p for p in plans if p.quant == "Q6_K")
+    assert planner.recommend(plans).quant == "Q6_K"
+    best = planner.recommend(plans, measured_tps={q6.file: 3.1})
+    assert best.quant == "Q5_K_M"
+    q8 = next(p for p in plans if p.quant == "Q8_0")
+    best = planner.recommend(plans, measured_tps={q8.file: 6.2})
+    assert best.quant == "Q8_0" and "(~6 tok/s measured)" in best.reason
+
+
+def test_a_full_fit_on_a_gpu_of_unknown_speed_counts_as_fast(laptop, ladder):
+    planner = FitPlanner(laptop)
+    assert planner.gpu.bandwidth_gbps is None
+    plans = [p for p in plans_for(planner, ladder, 4096) if p.plan.fit == "gpu"]
+    assert [p.plan.tps_ceiling for p in plans] == [None] * len(plans)
+    best = planner.recommend(plans, usable_tps=5.0)
+    assert best.quant == plans[0].quant  # the best quality of those fully on the GPU
+    assert "speed not known" in best.reason and best.plan.fit == "gpu"
+
+
+def test_without_any_speed_quality_decides(desktop, ladder):
+    unmeasured = dataclasses.replace(desktop, bandwidth_gbps=None)
+    planner = FitPlanner(unmeasured)
+    best = planner.recommend(plans_for(planner, ladder, 4096))
+    assert best.quant == "Q8_0" and "speed not known" in best.reason
 
 
 def test_recommendation_skips_what_does_not_fit(desktop, ladder):
