@@ -52,9 +52,28 @@ def devices_from_readings(readings: Mapping[str, Any]) -> tuple[Device, ...]:
                 temperature_c=_int_or_none(gpu.get("temperature_gpu")),
                 power_draw_w=_milli(gpu.get("power_usage_mw")),
                 power_limit_w=_milli(gpu.get("power_limit_mw")),
+                bandwidth_gbps=memory_bandwidth_gbps(
+                    gpu.get("memory_bus_width_bits"), gpu.get("max_memory_clock_mhz")
+                ),
             )
         )
     return tuple(devices)
+
+
+def memory_bandwidth_gbps(bus_width_bits: Any, max_memory_clock_mhz: Any) -> float | None:
+    """Peak memory bandwidth in GB/s (10^9 bytes/s) from NVML's memory bus width (bits) and
+    maximum memory clock (NVML_CLOCK_MEM, MHz); None when either is unknown.
+
+    NVML documents the clock only as "MHz". What it reports is half the per-pin data rate on
+    every memory type NVIDIA ships (GDDR5/5X, GDDR6, GDDR6X with its PAM4 signalling, HBM2/3),
+    so one factor of 2 fits them all; no per-type multiplier is needed. Checked against
+    NVIDIA's published figures: RTX 4070 Laptop (GDDR6) 8001 MHz x 128 bit -> 256 GB/s;
+    RTX 4070 (GDDR6X) 10501 MHz x 192 bit -> 504 GB/s; H100 SXM (HBM3) 2619 MHz x 5120 bit
+    -> 3352 GB/s. A peak: sustained reads reach roughly 80-90% of it.
+    """
+    if not bus_width_bits or not max_memory_clock_mhz:
+        return None
+    return round(int(bus_width_bits) / 8 * int(max_memory_clock_mhz) * 1e6 * 2 / 1e9, 1)
 
 
 def cuda_version_text(version: int | None) -> str | None:

@@ -1,4 +1,5 @@
-"""NVML readings through pynvml, as NVML returns them (bytes, milliwatts, degrees C, %).
+"""NVML readings through pynvml, as NVML returns them (bytes, milliwatts, degrees C, %, bits,
+MHz).
 
 Runs in a child process (see isolation.py): nvmlInit can hang on a GPU that fell off the
 bus. Returns plain data, JSON-able, so a real machine's readings can be recorded as a test
@@ -104,6 +105,15 @@ def read_nvml() -> tuple[dict[str, Any], list[str]]:
                     ),
                     "power_limit_mw": read(
                         f"{gpu} power limit", pynvml.nvmlDeviceGetEnforcedPowerLimit, handle
+                    ),
+                    "memory_bus_width_bits": read(
+                        f"{gpu} memory bus width", pynvml.nvmlDeviceGetMemoryBusWidth, handle
+                    ),
+                    "max_memory_clock_mhz": read(
+                        f"{gpu} max memory clock",
+                        pynvml.nvmlDeviceGetMaxClockInfo,
+                        handle,
+                        pynvml.NVML_CLOCK_MEM,
                     ),
                 }
             )

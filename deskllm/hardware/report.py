@@ -79,6 +79,7 @@ class Device:
     temperature_c: int | None = None
     power_draw_w: float | None = None
     power_limit_w: float | None = None
+    bandwidth_gbps: float | None = None  # peak memory bandwidth (NVML: bus width x clock)
 
 
 @dataclass(frozen=True)
@@ -145,6 +146,8 @@ class OffloadTarget:
         shares_system_memory: integrated or CPU-type: its memory is the system RAM.
         engine_device: the ggml device name the installed build would use ("Vulkan0"), or
             None when the build has no backend for it.
+        bandwidth_gbps: the device's own peak memory bandwidth where an API tells it (NVML);
+            None for shared-memory devices (the system's measured bandwidth applies).
     """
 
     name: str
@@ -158,6 +161,7 @@ class OffloadTarget:
     vendor: str | None = None
     uuid: str | None = None
     pci_bus_id: str | None = None
+    bandwidth_gbps: float | None = None
 
 
 @dataclass(frozen=True)

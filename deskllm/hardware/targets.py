@@ -74,6 +74,7 @@ def _target(
         vendor=next((d.vendor for d in group if d.vendor), None),
         uuid=next((d.uuid for d in group if d.uuid), None),
         pci_bus_id=next((d.pci_bus_id for d in group if d.pci_bus_id), None),
+        bandwidth_gbps=next((d.bandwidth_gbps for d in group if d.bandwidth_gbps), None),
     )
 
 

@@ -120,7 +120,11 @@ def choose_target(hardware: HardwareReport, named: str | None = None) -> GpuTarg
             free = engine.memory_free_bytes if engine else t.memory_total_bytes
         shared = t.shares_system_memory
         return GpuTarget(
-            t.name, t.engine_device, free, shared, hardware.bandwidth_gbps if shared else None
+            t.name,
+            t.engine_device,
+            free,
+            shared,
+            hardware.bandwidth_gbps if shared else t.bandwidth_gbps,
         )
     if wanted is not None:
         for e in hardware.engine.devices:
@@ -149,7 +153,7 @@ def engine_gpu(hardware: HardwareReport, cpu_type_named: bool = False) -> GpuTar
             engine.name,
             free if free is not None else engine.memory_free_bytes,
             shared,
-            hardware.bandwidth_gbps if shared else None,
+            hardware.bandwidth_gbps if shared else (target.bandwidth_gbps if target else None),
         )
     return None
 

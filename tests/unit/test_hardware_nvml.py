@@ -8,7 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from deskllm.hardware.nvidia import api_probe_from_nvml, cuda_version_text, devices_from_readings
+from deskllm.hardware.nvidia import (
+    api_probe_from_nvml,
+    cuda_version_text,
+    devices_from_readings,
+    memory_bandwidth_gbps,
+)
 from deskllm.hardware.nvml_readings import read_nvml_plain
 
 FIXTURE = Path(__file__).parent.parent / "data" / "nvml" / "rtx4070_laptop_566.36.json"
@@ -79,6 +84,32 @@ def test_driver_without_gpus_is_not_available_with_a_reason() -> None:
 @pytest.mark.parametrize(("raw", "text"), [(12070, "12.7"), (12040, "12.4"), (11080, "11.8")])
 def test_cuda_version_text(raw: int, text: str) -> None:
     assert cuda_version_text(raw) == text
+
+
+def test_recorded_bus_width_and_memory_clock_give_the_bandwidth(recorded: dict) -> None:
+    (gpu,) = devices_from_readings(recorded)
+    # 128-bit GDDR6 at 8001 MHz (16 Gbps per pin): NVIDIA's 256 GB/s for this GPU.
+    assert gpu.bandwidth_gbps == pytest.approx(256.0, abs=0.1)
+
+
+@pytest.mark.parametrize(
+    ("bits", "mhz", "gbps"),
+    [
+        (192, 10501, 504.0),  # RTX 4070, GDDR6X 21 Gbps: 504 GB/s published
+        (384, 9751, 936.1),  # RTX 3090, GDDR6X 19.5 Gbps: 936 GB/s
+        (5120, 2619, 3352.3),  # H100 SXM, HBM3: 3.35 TB/s
+        (4096, 877, 898.0),  # V100, HBM2: 900 GB/s
+    ],
+)
+def test_bandwidth_from_bus_width_and_memory_clock(bits: int, mhz: int, gbps: float) -> None:
+    assert memory_bandwidth_gbps(bits, mhz) == pytest.approx(gbps, abs=0.1)
+
+
+def test_a_gpu_without_bus_width_or_clock_has_no_bandwidth(recorded: dict) -> None:
+    for missing in ("memory_bus_width_bits", "max_memory_clock_mhz"):
+        gpu = dict(recorded["gpus"][0], **{missing: None})
+        (device,) = devices_from_readings(dict(recorded, gpus=[gpu]))
+        assert device.bandwidth_gbps is None
 
 
 def test_real_nvml_path_on_this_machine() -> None:

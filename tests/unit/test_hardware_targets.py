@@ -57,6 +57,7 @@ LLVMPIPE = Device(
 def test_nvml_and_vulkan_views_of_one_gpu_are_one_target() -> None:
     (target,) = merge_offload_targets([vulkan_view(), nvml_gpu()], CPU_ONLY_ENGINE)
     assert target.apis == ("nvml", "vulkan")
+    assert target.bandwidth_gbps == nvml_gpu().bandwidth_gbps == 256.0  # NVML's, kept
     assert target.automatic
     assert target.memory_free_bytes == 7948 * MIB  # NVML's figure wins over Vulkan's
     assert target.engine_device is None  # this engine has a CPU backend only

@@ -146,8 +146,33 @@ def test_a_measured_speed_wins_over_the_ceiling(desktop, ladder):
     assert best.quant == "Q8_0" and "(~6 tok/s measured)" in best.reason
 
 
-def test_a_full_fit_on_a_gpu_of_unknown_speed_counts_as_fast(laptop, ladder):
+def unknown_gpu_speed(report: HardwareReport) -> HardwareReport:
+    """The report as it was before NVML's bus width and memory clock were read."""
+    targets = tuple(dataclasses.replace(t, bandwidth_gbps=None) for t in report.offload_targets)
+    return dataclasses.replace(report, offload_targets=targets)
+
+
+def test_the_laptop_gpu_speed_comes_from_nvml(laptop, ladder):
     planner = FitPlanner(laptop)
+    assert planner.gpu.bandwidth_gbps == 256.0  # 128-bit GDDR6 at 8001 MHz
+    q4 = planner.plan(ladder["Q4_K_M"], 4096)
+    assert q4.fit == "gpu" and 40 < q4.tps_ceiling < 60  # ~4.6 GB read per token
+
+
+def test_a_fast_gpu_gets_the_best_quality_that_fits(laptop, ladder):
+    roomy = dataclasses.replace(laptop, memory=MemoryInfo(64 * GIB, 60 * GIB))
+    planner = FitPlanner(roomy)
+    plans = plans_for(planner, ladder, 4096)
+    best = planner.recommend(plans)
+    assert best.quant == "F16"  # partly on the CPU, and still over 5 tok/s there
+    assert best.plan.tps_ceiling >= 5.0 and "best quality reaching 5 tok/s" in best.reason
+    gpu_only = [p for p in plans if p.plan.fit == "gpu"]
+    best = planner.recommend(gpu_only)
+    assert best.quant == gpu_only[0].quant and best.plan.tps_ceiling > 30
+
+
+def test_a_full_fit_on_a_gpu_of_unknown_speed_counts_as_fast(laptop, ladder):
+    planner = FitPlanner(unknown_gpu_speed(laptop))
     assert planner.gpu.bandwidth_gbps is None
     plans = [p for p in plans_for(planner, ladder, 4096) if p.plan.fit == "gpu"]
     assert [p.plan.tps_ceiling for p in plans] == [None] * len(plans)
@@ -243,6 +268,9 @@ def test_tps_ceiling(desktop, laptop, starter_model):
     # 38 GB/s over roughly the model's weights (+ half the KV cache) per token
     assert 38e9 / header.tensor_bytes * 0.7 < cpu_plan.tps_ceiling < 38e9 / header.tensor_bytes
     gpu_plan = FitPlanner(laptop).plan(header, 2048)
+    # NVML's 256 GB/s over the same bytes
+    assert 256e9 / header.tensor_bytes * 0.7 < gpu_plan.tps_ceiling < 256e9 / header.tensor_bytes
+    gpu_plan = FitPlanner(unknown_gpu_speed(laptop)).plan(header, 2048)
     assert gpu_plan.fit == "gpu" and gpu_plan.tps_ceiling is None  # VRAM bandwidth unknown
     no_bw = dataclasses.replace(desktop, bandwidth_gbps=None)
     assert FitPlanner(no_bw).plan(header, 2048).tps_ceiling is None
