@@ -160,6 +160,7 @@ class Done:
     metrics: Metrics
     dropped_messages: int = 0  # old turns left out to fit the context
     warnings: tuple[str, ...] = ()
+    stop_string: str | None = None  # the caller's stop string that ended it, if one did
 
 
 @dataclass(frozen=True)

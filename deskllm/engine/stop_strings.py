@@ -7,6 +7,7 @@ class StopMatcher:
     def __init__(self, stops: tuple[str, ...]) -> None:
         self.stops = tuple(s for s in stops if s)
         self._held = ""
+        self.matched: str | None = None  # the stop string that ended the text, once one has
 
     def feed(self, text: str) -> tuple[str, bool]:
         """Returns (text safe to emit, stopped)."""
@@ -14,10 +15,11 @@ class StopMatcher:
             return text, False
         buf = self._held + text
         # Cut at the earliest stop string in the text, whichever of them it is.
-        hits = [at for stop in self.stops if (at := buf.find(stop)) != -1]
+        hits = [(at, stop) for stop in self.stops if (at := buf.find(stop)) != -1]
         if hits:
             self._held = ""
-            return buf[: min(hits)], True
+            at, self.matched = min(hits)  # at one place, the shorter one (a prefix) ended it
+            return buf[:at], True
         # Hold back the longest tail that is a prefix of some stop string.
         hold = 0
         for stop in self.stops:

@@ -355,6 +355,7 @@ class Worker:
         finish = "stop"
         dropped = 0
         warnings: list[str] = []
+        matcher = StopMatcher(())  # replaced once the prompt is read
         try:
             state["restored"] = self.switch_to(request.conversation_id)
             try:
@@ -418,6 +419,7 @@ class Worker:
                 metrics=metrics(),
                 dropped_messages=dropped,
                 warnings=tuple(warnings),
+                stop_string=matcher.matched if finish == "stop" else None,
             )
         )
 

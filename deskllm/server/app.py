@@ -18,6 +18,8 @@ from deskllm.server.chat_completion.serving import ChatCompletionServing
 from deskllm.server.config import ServerConfig
 from deskllm.server.guards import Guards
 from deskllm.server.health.api_router import router as health_router
+from deskllm.server.messages.api_router import router as messages_router
+from deskllm.server.messages.serving import MessagesServing
 from deskllm.server.metrics import ServerMetrics
 from deskllm.server.model_host import ModelHost
 from deskllm.server.models.api_router import router as models_router
@@ -25,8 +27,9 @@ from deskllm.server.models.api_router import router as models_router
 log = logging.getLogger("deskllm.server")
 
 
-def _answer(error: errors.ApiError) -> JSONResponse:
-    return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+def _answer(error: errors.ApiError, request: Request) -> JSONResponse:
+    body = error.body_for(request.url.path)
+    return JSONResponse(body, status_code=error.status, headers=error.headers)
 
 
 def validation_error(exc: RequestValidationError) -> errors.ApiError:
@@ -69,29 +72,31 @@ def create_app(host: ModelHost, config: ServerConfig, *, load_on_start: bool = T
     app.state.host = host
     app.state.metrics = metrics
     app.state.chat = ChatCompletionServing(host)
+    app.state.messages = MessagesServing(host)
     host.queue.on_done = metrics.count_done
-    for router in (models_router, chat_router, health_router):
+    for router in (models_router, chat_router, messages_router, health_router):
         app.include_router(router)
 
     @app.exception_handler(errors.ApiError)
     async def _api_error(_request: Request, exc: errors.ApiError) -> JSONResponse:
-        return _answer(exc)
+        return _answer(exc, _request)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        return _answer(validation_error(exc))
+        return _answer(validation_error(exc), _request)
 
     @app.exception_handler(HTTPException)
     async def _http(_request: Request, exc: HTTPException) -> JSONResponse:
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
         error = errors.ApiError(exc.status_code, str(exc.detail), type=kind)
         error.headers.update(exc.headers or {})
-        return _answer(error)
+        return _answer(error, _request)
 
     @app.exception_handler(Exception)
     async def _bug(_request: Request, exc: Exception) -> JSONResponse:
         log.exception("request failed")
-        return _answer(errors.ApiError(500, f"internal error: {exc}", type="server_error"))
+        error = errors.ApiError(500, f"internal error: {exc}", type="server_error")
+        return _answer(error, _request)
 
     app.add_middleware(Guards, api_key=config.api_key, max_body_bytes=config.max_body_bytes,
                        metrics=metrics)  # fmt: skip

@@ -32,6 +32,28 @@ class ApiError(Exception):
             }
         }
 
+    def anthropic_body(self) -> dict:
+        """The same error as Anthropic's API says it: `{"type": "error", "error": {"type",
+        "message"}}` (its SDK picks the exception class from the status)."""
+        default = "api_error" if self.status >= 500 else "invalid_request_error"
+        kind = _ANTHROPIC_TYPES.get(self.status, default)
+        return {"type": "error", "error": {"type": kind, "message": self.message}}
+
+    def body_for(self, path: str) -> dict:
+        """Each API's clients get errors in that API's shape."""
+        return self.anthropic_body() if path.startswith(ANTHROPIC_PREFIX) else self.body()
+
+
+ANTHROPIC_PREFIX = "/v1/messages"
+_ANTHROPIC_TYPES = {
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+}
+
 
 def bad_request(message: str, param: str | None = None, code: str | None = None) -> ApiError:
     return ApiError(400, message, param=param, code=code)

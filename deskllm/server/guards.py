@@ -31,8 +31,8 @@ def key_matches(expected: str, presented: str | None) -> bool:
     )
 
 
-async def send_error(send: Send, error: errors.ApiError) -> None:
-    body = json.dumps(error.body()).encode()
+async def send_error(send: Send, error: errors.ApiError, path: str) -> None:
+    body = json.dumps(error.body_for(path)).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     headers += [(k.lower().encode(), v.encode()) for k, v in error.headers.items()]
     await send({"type": "http.response.start", "status": error.status, "headers": headers})
@@ -70,11 +70,11 @@ class Guards:
             and scope["path"] not in OPEN_PATHS
             and not key_matches(self.api_key, presented_key(scope))
         ):
-            await send_error(send, errors.unauthorized())
+            await send_error(send, errors.unauthorized(), scope["path"])
             return
         body = await self._read_body(scope, receive)
         if body is None:
-            await send_error(send, errors.body_too_large(self.max_body_bytes))
+            await send_error(send, errors.body_too_large(self.max_body_bytes), scope["path"])
             return
         replayed = False
 
@@ -115,4 +115,4 @@ class Guards:
 
 
 _KNOWN_PATHS = frozenset({"/health", "/metrics", "/v1/models", "/v1/chat/completions",
-                          "/openapi.json", "/docs"})  # fmt: skip
+                          "/v1/messages", "/openapi.json", "/docs"})  # fmt: skip

@@ -135,3 +135,11 @@ def test_matcher_is_reusable_after_a_stop():
     # the held text was cleared when the stop was found
     assert m.flush() == ""
     assert m.feed("next turn") == ("next turn", False)
+
+
+def test_the_stop_string_that_ended_the_text_is_named():
+    matcher = StopMatcher(("\n\n", "END", "ENDING"))
+    assert matcher.matched is None
+    assert matcher.feed("one EN") == ("one ", False)
+    assert matcher.feed("DING") == ("", True)
+    assert matcher.matched == "END"  # at one place, the shorter: it was complete first

@@ -3,9 +3,7 @@ chunks. No HTTP here: the router hands in the request and a disconnect check."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import hashlib
 import json
 import time
 import uuid
@@ -24,22 +22,14 @@ from deskllm.server.chat_completion.protocol import (
     Timings,
     Usage,
 )
-from deskllm.server.engine_queue import ChatRequest, Job, QueueFull
+from deskllm.server.engine_queue import ChatRequest, Job
 from deskllm.server.model_host import ModelHost
 from deskllm.server.models.serving import check_model, check_ready
+from deskllm.server.replies import conversation_id, engine_error, final_reply, submit, utf8
 
-DISCONNECT_POLL_S = 0.5
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 # Cancelled replies only happen when the client has gone; "stop" keeps the schema valid.
 _FINISH = {"stop": "stop", "length": "length", "cancelled": "stop"}
-
-
-def conversation_id(user: str | None) -> str:
-    """The engine's KV state is kept per conversation: one for anonymous requests, one per
-    `user`, so each user's next turn reuses its cached prefix. Hashed: it names files."""
-    if not user:
-        return "api"
-    return "api-" + hashlib.sha256(user.encode()).hexdigest()[:16]
 
 
 def to_sampling(req: ChatCompletionRequest, n_ctx: int) -> Sampling:
@@ -73,16 +63,6 @@ def to_messages(req: ChatCompletionRequest) -> tuple[ChatMessage, ...]:
             )
         messages.append(ChatMessage(role, utf8(m.text(), f"messages[{i}].content")))
     return tuple(messages)
-
-
-def utf8(text: str, param: str) -> str:
-    """Text the engine can encode (JSON may carry lone surrogates, which UTF-8 cannot)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise errors.bad_request("The text is not valid Unicode (a lone surrogate).",
-                                 param=param) from None  # fmt: skip
-    return text
 
 
 def check_supported(req: ChatCompletionRequest) -> None:
@@ -136,37 +116,13 @@ class ChatCompletionServing:
         request = ChatRequest(
             conversation_id(req.user), to_messages(req), to_sampling(req, self.host.n_ctx)
         )
-        try:
-            return self.host.queue.submit(request)
-        except QueueFull as exc:
-            raise errors.queue_full(exc.waiting, retry_after_s=1 + exc.waiting) from None
+        return submit(self.host, request)
 
     async def complete(
         self, req: ChatCompletionRequest, job: Job, disconnected: Callable[[], Awaitable[bool]]
     ) -> ChatCompletion:
         """The whole reply; a client that goes away while it waits cancels it."""
-        final = None
-        gone = False
-        try:
-            while final is None:
-                try:
-                    event = await asyncio.wait_for(job.get(), DISCONNECT_POLL_S)
-                except TimeoutError:
-                    gone = await disconnected()
-                    if gone:
-                        break
-                    continue
-                if event is None:
-                    break
-                if isinstance(event, Done | Error | Exited):
-                    final = event
-        finally:
-            if final is None:
-                self.host.queue.cancel(job)
-        if gone:
-            raise errors.ApiError(499, "the client closed the request", type="client_closed")
-        if not isinstance(final, Done):
-            raise _engine_error(final)
+        final = await final_reply(self.host, job, disconnected)
         return ChatCompletion(
             id=f"chatcmpl-{uuid.uuid4().hex}",
             created=int(time.time()),
@@ -211,10 +167,10 @@ class ChatCompletionServing:
                         yield _sse(body.model_dump(exclude_none=True))
                 elif isinstance(event, Error | Exited):
                     finished = True
-                    yield _sse(_engine_error(event).body())
+                    yield _sse(engine_error(event).body())
             if not finished:
                 finished = True
-                yield _sse(_engine_error(None).body())
+                yield _sse(engine_error(None).body())
             yield "data: [DONE]\n\n"
         finally:
             if not finished:
@@ -224,9 +180,3 @@ class ChatCompletionServing:
 
 def _sse(data: dict) -> str:
     return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
-
-
-def _engine_error(event: Error | Exited | None) -> errors.ApiError:
-    if event is None:
-        return errors.ApiError(500, "the reply ended without a result", type="server_error")
-    return errors.from_engine(event.kind, event.reason)

@@ -1,0 +1,77 @@
+"""What every generation endpoint does with the engine queue, whatever API it speaks: admit a
+request (429 when the queue is full), wait for a whole reply while watching for the client to
+leave, and turn an engine failure into an ApiError."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Awaitable, Callable
+
+from deskllm.engine.protocol import Done, Error, Exited
+from deskllm.server import errors
+from deskllm.server.engine_queue import ChatRequest, Job, QueueFull
+from deskllm.server.model_host import ModelHost
+
+DISCONNECT_POLL_S = 0.5
+
+
+def conversation_id(user: str | None) -> str:
+    """The engine's KV state is kept per conversation: one for anonymous requests, one per
+    `user`, so each user's next turn reuses its cached prefix. Hashed: it names files."""
+    if not user:
+        return "api"
+    return "api-" + hashlib.sha256(user.encode()).hexdigest()[:16]
+
+
+def utf8(text: str, param: str) -> str:
+    """Text the engine can encode (JSON may carry lone surrogates, which UTF-8 cannot)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise errors.bad_request("The text is not valid Unicode (a lone surrogate).",
+                                 param=param) from None  # fmt: skip
+    return text
+
+
+def submit(host: ModelHost, request: ChatRequest) -> Job:
+    try:
+        return host.queue.submit(request)
+    except QueueFull as exc:
+        raise errors.queue_full(exc.waiting, retry_after_s=1 + exc.waiting) from None
+
+
+async def final_reply(
+    host: ModelHost, job: Job, disconnected: Callable[[], Awaitable[bool]]
+) -> Done:
+    """The job's Done; a client that goes away while it waits cancels it (499), an engine
+    failure raises its ApiError."""
+    final = None
+    gone = False
+    try:
+        while final is None:
+            try:
+                event = await asyncio.wait_for(job.get(), DISCONNECT_POLL_S)
+            except TimeoutError:
+                gone = await disconnected()
+                if gone:
+                    break
+                continue
+            if event is None:
+                break
+            if isinstance(event, Done | Error | Exited):
+                final = event
+    finally:
+        if final is None:
+            host.queue.cancel(job)
+    if gone:
+        raise errors.ApiError(499, "the client closed the request", type="client_closed")
+    if not isinstance(final, Done):
+        raise engine_error(final)
+    return final
+
+
+def engine_error(event: Error | Exited | None) -> errors.ApiError:
+    if event is None:
+        return errors.ApiError(500, "the reply ended without a result", type="server_error")
+    return errors.from_engine(event.kind, event.reason)
