@@ -145,3 +145,23 @@ def m005_calibration(db: Database) -> None:
         not_null={"machine", "architecture", "created_at"},
     )
     db["calibration"].create_index(["machine", "architecture", "id"])
+
+@migration
+def m006_remote_endpoints(db: Database) -> None:
+    # Remote OpenAI-compatible engines (deskllm.remote). Never their API keys: those live in
+    # the OS keyring or a private file (deskllm.remote.keys).
+    db["remote_endpoints"].create(
+        {
+            "name": str,
+            "base_url": str,  # up to and including /v1, as OpenAI's SDKs take it
+            "preset": str,  # deskllm.remote.presets: llama-server | vllm | ollama | ...
+            "allow_routing": int,  # 0/1: the router may send requests here (opt-in)
+            "prices": str,  # JSON: {model: {"input": price per 1M tokens, "output": ...}}
+            "connect_timeout_s": float,
+            "read_timeout_s": float,
+            "created_at": float,
+        },
+        pk="name",
+        not_null={"base_url", "preset", "allow_routing", "created_at"},
+        defaults={"allow_routing": 0, "prices": "{}", "preset": "openai"},
+    )

@@ -19,6 +19,13 @@ class ErrorKind(StrEnum):
     EXITED = "exited"  # the engine process died (crash, kill, out of memory)
     HUNG = "hung"  # the engine stopped answering and was ended
     CRASH_LOOP = "crash_loop"  # the model ended the engine too often: not reloaded by itself
+    BAD_REQUEST = "bad_request"  # the request asked for something impossible (a bad schema)
+    # A remote engine (deskllm.remote) failed; each message names the endpoint.
+    AUTH = "auth"  # the endpoint refused the API key (401/403)
+    UNREACHABLE = "unreachable"  # nothing answered at the endpoint's address
+    TIMEOUT = "timeout"  # the endpoint took longer than the connect or read timeout
+    DROPPED = "dropped"  # the connection closed mid-reply (the text so far is kept)
+    REMOTE = "remote"  # the endpoint answered with an error of its own
 
 
 class EngineError(RuntimeError):

@@ -150,6 +150,7 @@ class Metrics:
     rss_bytes: int = 0
     vram_bytes: int | None = None
     device: str = "CPU"
+    engine: str = "local"  # which engine answered: "local", or a remote endpoint's name
 
 
 @dataclass(frozen=True)
