@@ -1,0 +1,68 @@
+"""The curated catalog refreshed from the local fake Hub: real sizes and sha256 replace the
+estimates, the answer is kept in the catalog cache with its time, and offline the cached
+answer is what loads."""
+
+from __future__ import annotations
+
+import hashlib
+
+from deskllm.catalog.cache import CatalogCache
+from deskllm.catalog.curated import load_curated, refresh_curated
+from deskllm.catalog.hub import HubCatalog
+
+REPO = "bartowski/Qwen2.5-0.5B-Instruct-GGUF"
+STEM = "Qwen2.5-0.5B-Instruct"
+
+
+def sha256(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def serve_curated_repo(hub, quant_ladder) -> None:
+    """One curated repo on the fake Hub, two of its quants (the starter model's ladder under
+    the curated names), a README."""
+    hub.add_repo(REPO, {
+        f"{STEM}-Q4_K_M.gguf": quant_ladder["Q4_K_M"],
+        f"{STEM}-Q8_0.gguf": quant_ladder["Q8_0"],
+        "README.md": b"# Qwen2.5 0.5B Instruct GGUF\n",
+    })  # fmt: skip
+
+
+def test_a_refresh_replaces_estimates_with_the_hubs_sizes(hub, quant_ladder, monkeypatch):
+    serve_curated_repo(hub, quant_ladder)
+    shipped = load_curated()
+    only = shipped.__class__(shipped.catalog_date, (shipped.model(REPO),))
+    cache = CatalogCache()
+    result = refresh_curated(only, HubCatalog(cache))
+    assert result.refreshed == (REPO,) and result.errors == ()
+    model = result.catalog.model(REPO)
+    assert [f.quant for f in model.files] == ["Q4_K_M", "Q8_0"]  # what the repo has
+    for f in model.files:
+        path = quant_ladder[f.quant]
+        assert (f.size_bytes, f.sha256) == (path.stat().st_size, sha256(path))
+        assert not f.size_estimated and f.file == f"{STEM}-{f.quant}.gguf"
+    assert model.refreshed_at is not None
+
+    # Kept with its time: the next load lays it over the shipped file, for this Hub only.
+    loaded = load_curated(cache=CatalogCache())
+    again = loaded.model(REPO)
+    assert again.files == model.files and again.refreshed_at == model.refreshed_at
+    assert loaded.refreshed_at == model.refreshed_at
+    others = [m for m in loaded.models if m.repo_id != REPO]
+    assert all(m.refreshed_at is None and m.files[0].size_estimated for m in others)
+    elsewhere = load_curated(cache=CatalogCache(), endpoint="https://huggingface.co")
+    assert elsewhere.model(REPO).files[0].size_estimated
+
+    # Offline, a refresh answers from what was cached and says it did not reach the Hub.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    offline = refresh_curated(only, HubCatalog(CatalogCache()))
+    assert offline.refreshed == () and "offline" in offline.errors[0][1]
+
+
+def test_a_repo_missing_from_the_hub_keeps_its_entry(hub):
+    shipped = load_curated()
+    model = shipped.model("bartowski/gemma-2-2b-it-GGUF")
+    result = refresh_curated(shipped.__class__(shipped.catalog_date, (model,)), HubCatalog())
+    assert result.refreshed == ()
+    assert "not found" in result.errors[0][1]
+    assert result.catalog.model(model.repo_id) == model
