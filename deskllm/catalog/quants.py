@@ -98,3 +98,15 @@ def quality_rank(label: str) -> int:
     """0 for the best quant; unknown quants rank after every known one."""
     name = normalize_label(label)
     return QUALITY_ORDER.index(name) if name in KL_DIVERGENCE else len(QUALITY_ORDER)
+
+
+QUALITY_TIERS = ("near-lossless", "good", "fair", "low", "unknown")
+
+
+def quality_tier(label: str) -> str:
+    """A word for how close a quant stays to F16 (by KL-divergence): near-lossless (Q6_K and
+    up), good (Q4_K_S to Q5_K_M), fair (3-bit), low (2-bit and below), or unknown."""
+    kl = kl_divergence(label)
+    if kl is None:
+        return "unknown"
+    return "near-lossless" if kl < 0.01 else "good" if kl < 0.05 else "fair" if kl < 0.2 else "low"

@@ -16,6 +16,7 @@ COMMAND_MODULES = (
     "deskllm.cli.catalog",
     "deskllm.cli.download",
     "deskllm.cli.plan",
+    "deskllm.cli.recommend",
     "deskllm.cli.serve",
 )
 

@@ -14,7 +14,7 @@ from concurrent.futures import Future
 
 from deskllm.catalog.hub import CatalogError, HubCatalog
 from deskllm.catalog.hub_types import SORTS, SearchResult
-from deskllm.catalog.quants import kl_divergence, quality_rank
+from deskllm.catalog.quants import kl_divergence, quality_rank, quality_tier
 from deskllm.downloads import DownloadState, Progress
 from deskllm.downloads.units import human_bytes
 from deskllm.gui.download_bridge import DownloadBridge
@@ -62,8 +62,7 @@ def quality_text(quant: str) -> str:
     kl = kl_divergence(quant)
     if kl is None:
         return "unknown"
-    tier = "near-lossless" if kl < 0.01 else "good" if kl < 0.05 else "fair" if kl < 0.2 else "low"
-    return f"{tier} (KL {kl:g})"
+    return f"{quality_tier(quant)} (KL {kl:g})"
 
 
 def memory_text(plan: QuantPlan) -> str:

@@ -35,6 +35,7 @@ FIT_CLASSES = ("gpu", "partial", "cpu", "too_big")
 # Decode speed (tokens/s) below which a reply reads slower than people read: the default of
 # the `usable_tps` setting, which callers hand to recommend().
 USABLE_TPS = 5.0
+RECOMMEND_RULES = ("usable_speed", "gpu_speed_unknown", "fastest", "speed_unknown")
 
 
 def gib(n: float) -> str:
@@ -96,10 +97,19 @@ class QuantPlan:
 
 @dataclass(frozen=True)
 class Recommendation:
+    """The quant to take. `rule`: which rule of FitPlanner.recommend chose it, one of
+    RECOMMEND_RULES; `reason` says the same in words, with the plan's own reason."""
+
     file: str
     quant: str
     reason: str
     plan: FitPlan
+    rule: str = "usable_speed"
+
+    @property
+    def fast_enough(self) -> bool:
+        """It reaches the usable speed, or counts as reaching it (full fit, discrete GPU)."""
+        return self.rule in ("usable_speed", "gpu_speed_unknown")
 
 
 def choose_target(hardware: HardwareReport, named: str | None = None) -> GpuTarget | None:
@@ -320,33 +330,42 @@ class FitPlanner:
             if speed is not None and speed >= usable_tps:
                 how = "measured" if p.file in measured else "expected"
                 return self._recommendation(
-                    p, f"best quality reaching {floor} (~{speed:.0f} tok/s {how})"
+                    p, f"best quality reaching {floor} (~{speed:.0f} tok/s {how})", "usable_speed"
                 )
             if speed is None and self._fast_when_unknown(p.plan):
                 return self._recommendation(
                     p,
                     f"best quality fully on {self.gpu.name if self.gpu else 'the GPU'} (speed "
                     f"not known; a full fit on a discrete GPU counts as reaching {floor})",
+                    "gpu_speed_unknown",
                 )
         timed = [p for p in by_quality if (measured.get(p.file) or p.plan.tps_ceiling)]
         if not timed:
             # Nothing to compare speeds by (no bandwidth known): quality decides.
             return self._recommendation(
-                by_quality[0], "best quality that fits (decode speed not known)"
+                by_quality[0], "best quality that fits (decode speed not known)", "speed_unknown"
             )
         fastest = max(timed, key=lambda p: measured.get(p.file) or p.plan.tps_ceiling or 0.0)
         speed = measured.get(fastest.file) or fastest.plan.tps_ceiling or 0.0
         how = "measured" if fastest.file in measured else "expected"
-        return self._recommendation(
-            fastest, f"none reaches {floor}; fastest that fits (~{speed:.1f} tok/s {how})"
-        )
+        words = f"none reaches {floor}; fastest that fits (~{speed:.1f} tok/s {how})"
+        return self._recommendation(fastest, words, "fastest")
 
     def _fast_when_unknown(self, plan: FitPlan) -> bool:
         return plan.fit == "gpu" and self.gpu is not None and not self.gpu.shares_system_memory
 
+    def fast_enough(self, plan: FitPlan, usable_tps: float = USABLE_TPS) -> bool:
+        """The plan fits and its decode ceiling reaches `usable_tps` tokens/s, or it is a full
+        fit on a discrete GPU whose speed is unknown (the rule of `recommend`)."""
+        if plan.fit == "too_big":
+            return False
+        if plan.tps_ceiling is None:
+            return self._fast_when_unknown(plan)
+        return plan.tps_ceiling >= usable_tps
+
     @staticmethod
-    def _recommendation(p: QuantPlan, rule: str) -> Recommendation:
-        return Recommendation(p.file, p.quant, f"{p.quant}: {rule}; {p.plan.reason}", p.plan)
+    def _recommendation(p: QuantPlan, words: str, rule: str) -> Recommendation:
+        return Recommendation(p.file, p.quant, f"{p.quant}: {words}; {p.plan.reason}", p.plan, rule)
 
     # Refusal before a load --------------------------------------------------------------------
     def refusal(self, header: GgufHeader, load: LoadParams) -> str | None:
