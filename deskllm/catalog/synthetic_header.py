@@ -175,3 +175,42 @@ def parameter_count(shape: ShapeFacts) -> int:
     """Weights the shape holds (every expert counted), from the same tensor table."""
     header = synthetic_header(shape, "Q8_0")
     return sum(t.n_elements for t in header.tensors)
+
+
+def shape_facts(header: GgufHeader) -> ShapeFacts:
+    """The inverse: a real file's header -> the shape facts the catalog keeps (what the
+    catalog rebuild reads from the Hub by Range requests)."""
+
+    def first(value: object, default: int = 0) -> int:
+        if isinstance(value, list):
+            return next((int(v) for v in value if v), default)
+        return int(value) if value is not None else default
+
+    def widest(value: object) -> int:
+        return max((int(v) for v in value), default=0) if isinstance(value, list) else first(value)
+
+    tensors = {t.name: t for t in header.tensors}
+    embd = first(header.arch_value("embedding_length"))
+    heads = first(header.arch_value("attention.head_count"))
+    kv = header.arch_value("attention.head_count_kv")
+    key_length = header.arch_value("attention.key_length")
+    token_embd = tensors.get("token_embd.weight")
+    vocab = int(token_embd.shape[1]) if token_embd is not None and len(token_embd.shape) > 1 else 0
+    pattern = header.arch_value("attention.sliding_window_pattern")
+    return ShapeFacts(
+        architecture=header.architecture,
+        layers=first(header.arch_value("block_count")),
+        embedding=embd,
+        feed_forward=widest(header.arch_value("feed_forward_length")),
+        heads=heads,
+        kv_heads=widest(kv) if kv is not None else heads,
+        vocab=vocab or first(header.arch_value("vocab_size")),
+        context=first(header.arch_value("context_length")),
+        tied_embeddings="output.weight" not in tensors,
+        head_dim=int(key_length) if key_length and heads and key_length != embd // heads else None,
+        sliding_window=first(header.arch_value("attention.sliding_window")) or None,
+        sliding_window_pattern=int(pattern) if isinstance(pattern, int) and pattern else None,
+        experts=first(header.arch_value("expert_count")),
+        experts_used=first(header.arch_value("expert_used_count")),
+        expert_feed_forward=first(header.arch_value("expert_feed_forward_length")) or None,
+    )
