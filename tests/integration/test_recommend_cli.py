@@ -120,3 +120,10 @@ def test_refresh_reads_real_sizes_from_the_hub(hub, quant_ladder):
     # Later, offline, the refreshed sizes are still what is planned.
     again = recommend_json("--hardware", str(PROFILES / "desktop_cpu_16gb.json"))
     assert next(r for r in again["rows"] if r["repo_id"] == REPO) == row
+
+
+def test_offline_on_this_machine():
+    out = recommend_json()
+    assert out["hardware"] == "this machine" and out["offline"] is True
+    assert out["recommended"] is not None  # a 0.5B model fits any machine that runs tests
+    assert len(out["rows"]) == len(load_curated().models)

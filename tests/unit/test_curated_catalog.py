@@ -139,3 +139,10 @@ def test_a_repo_listed_twice_or_a_missing_date_is_refused(shipped):
 def test_the_installer_ships_the_catalog():
     spec = (ROOT / "packaging" / "deskllm.spec").read_text()
     assert '"resources" / "catalog" / "curated.json"), "resources/catalog"' in spec
+
+
+def test_a_header_gives_back_the_shape_it_was_built_from():
+    from deskllm.catalog.synthetic_header import shape_facts
+
+    for m in load_curated().models:
+        assert shape_facts(m.header("Q4_K_M")) == m.shape, m.repo_id
