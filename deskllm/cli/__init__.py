@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "deskllm.cli.plan",
     "deskllm.cli.recommend",
     "deskllm.cli.serve",
+    "deskllm.cli.remote",
 )
 
 

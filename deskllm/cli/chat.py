@@ -6,9 +6,10 @@ import argparse
 import sys
 
 from deskllm import settings as settings_mod
+from deskllm.cli.remote import remote_model_for
 from deskllm.engine.client import EngineClient
 from deskllm.engine.errors import EngineError, ErrorKind
-from deskllm.engine.protocol import Loaded, Sampling
+from deskllm.engine.protocol import Loaded, Metrics, Sampling
 from deskllm.engine.reply import Reply
 from deskllm.loader import LoadCheck, ModelLoader, params_from_settings
 from deskllm.store import ConversationStore, ModelLibrary, ModelNotFound, open_database
@@ -18,7 +19,12 @@ from deskllm.store.chat_session import ChatSession
 def register(sub: argparse._SubParsersAction) -> None:
     defaults = Sampling()
     p = sub.add_parser("chat", help="chat with a model in the terminal")
-    p.add_argument("--model", default=None, help="a .gguf path or an installed model's name")
+    p.add_argument(
+        "--model",
+        default=None,
+        help="a .gguf path, an installed model's name, or a remote model: NAME/MODEL "
+        "(NAME a `deskllm remote` endpoint; */MODEL: any endpoint serving it)",
+    )
     p.add_argument("--prompt", default=None, help="one message; without it, an interactive REPL")
     p.add_argument("--system", default="", help="system prompt")
     p.add_argument("--ctx", type=int, default=0, help="context length in tokens (0: default)")
@@ -65,6 +71,9 @@ def _print_metrics(reply: Reply) -> None:
     m = reply.metrics
     if reply.done is None or m is None:
         return
+    if m.engine != "local":
+        _print_remote_metrics(m)
+        return
     tg = f"{m.tg_tps:.1f}" if m.tg_tps else "-"
     pp = f"{m.pp_tps:.0f}" if m.pp_tps else "-"
     ttft = f"{m.ttft_s * 1000:.0f} ms" if m.ttft_s is not None else "-"
@@ -78,10 +87,20 @@ def _print_metrics(reply: Reply) -> None:
         print(f"[note: {warning}]", file=sys.stderr)
 
 
+def _print_remote_metrics(m: Metrics) -> None:
+    """A remote reply's figures: what the stream showed and what the server reported."""
+    tg = f"{m.tg_tps:.1f}" if m.tg_tps else "-"
+    ttft = f"{m.ttft_s * 1000:.0f} ms" if m.ttft_s is not None else "-"
+    print(
+        f"[{m.generated_tokens} tokens, {tg} tok/s, TTFT {ttft}, prompt {m.prompt_tokens} "
+        f"({m.cached_tokens} cached), engine: remote endpoint {m.engine}]",
+        file=sys.stderr,
+    )
+
+
 def cmd_chat(args: argparse.Namespace) -> int:
     db = open_database()
     library, store = ModelLibrary(db), ConversationStore(db)
-    model_path = resolve_model(library, args.model)
     sampling = Sampling(
         temperature=args.temperature,
         top_p=args.top_p,
@@ -92,6 +111,12 @@ def cmd_chat(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens,
         stop=tuple(args.stop),
     )
+    remote = remote_model_for(db, args.model)
+    if remote is not None:
+        with remote:
+            return _converse(args, store, ChatSession(remote, store, model=remote.label),
+                             remote.label, sampling)  # fmt: skip
+    model_path = resolve_model(library, args.model)
     params = params_from_settings(
         settings_mod.load(), model_path,
         n_ctx=args.ctx or None, kv_type=args.kv, flash_attn=args.flash_attn,
@@ -105,28 +130,38 @@ def cmd_chat(args: argparse.Namespace) -> int:
             return 1
         if args.metrics:
             _print_load(loader.last_check, loaded)
-        session = ChatSession(client, store)
-        title = (args.prompt or "Terminal chat")[:60]
-        conversation = store.create(
-            title, args.system, model_path, sampling.__dict__ | {"stop": list(sampling.stop)}
-        )
-        prompts = [args.prompt] if args.prompt is not None else None
-        while True:
-            if prompts is not None:
-                if not prompts:
-                    return 0
-                text = prompts.pop()
-            else:
-                try:
-                    text = input("> ")
-                except (EOFError, KeyboardInterrupt):
-                    print()
-                    return 0
-                if not text.strip():
-                    continue
-            status = _stream(session.send(conversation.id, text, sampling), args.metrics)
-            if status and prompts is not None:
-                return status
+        return _converse(args, store, ChatSession(client, store), model_path, sampling)
+
+
+def _converse(
+    args: argparse.Namespace,
+    store: ConversationStore,
+    session: ChatSession,
+    model: str,
+    sampling: Sampling,
+) -> int:
+    """One message (--prompt) or a REPL, in a new stored conversation."""
+    title = (args.prompt or "Terminal chat")[:60]
+    conversation = store.create(
+        title, args.system, model, sampling.__dict__ | {"stop": list(sampling.stop)}
+    )
+    prompts = [args.prompt] if args.prompt is not None else None
+    while True:
+        if prompts is not None:
+            if not prompts:
+                return 0
+            text = prompts.pop()
+        else:
+            try:
+                text = input("> ")
+            except (EOFError, KeyboardInterrupt):
+                print()
+                return 0
+            if not text.strip():
+                continue
+        status = _stream(session.send(conversation.id, text, sampling), args.metrics)
+        if status and prompts is not None:
+            return status
 
 
 def _stream(reply: Reply, metrics: bool) -> int:
@@ -143,7 +178,7 @@ def _stream(reply: Reply, metrics: bool) -> int:
         if metrics:
             _print_metrics(reply)
         return 0
-    if reply.error.kind in (ErrorKind.EXITED, ErrorKind.HUNG):
+    if reply.error.kind in (ErrorKind.EXITED, ErrorKind.HUNG, ErrorKind.DROPPED) and reply.text:
         print(f"\ndeskllm: {reply.error}; the reply so far is saved", file=sys.stderr)
     else:
         print(f"\ndeskllm: {reply.error}", file=sys.stderr)

@@ -14,6 +14,7 @@ from deskllm.engine.client import EngineClient
 from deskllm.engine.errors import ErrorKind
 from deskllm.engine.protocol import ChatMessage, Event, Sampling, TextDelta
 from deskllm.engine.reply import Reply
+from deskllm.remote.remote_model import RemoteModel
 from deskllm.store.conversations import ConversationStore, Message, ReplyWriter
 
 
@@ -41,15 +42,24 @@ def stored_outcome(reply: Reply, writer: ReplyWriter) -> tuple[str, dict[str, An
     reason = error.reason if error else "the reply ended without a result"
     kind = error.kind if error else ErrorKind.ERROR
     details = {"error": reason, "error_kind": str(kind)}
-    if kind in (ErrorKind.EXITED, ErrorKind.HUNG):
+    if kind in (ErrorKind.EXITED, ErrorKind.HUNG, ErrorKind.DROPPED, ErrorKind.TIMEOUT):
         return "interrupted", metrics | details  # what came before the engine died is kept
     return ("interrupted" if writer.text else "error"), details
 
 
 class ChatSession:
-    def __init__(self, client: EngineClient, store: ConversationStore) -> None:
+    """`client`: the local engine, or a remote model (its replies are stored alike).
+    `model`: what replies record as their model (default: the engine's loaded file)."""
+
+    def __init__(
+        self,
+        client: EngineClient | RemoteModel,
+        store: ConversationStore,
+        model: str | None = None,
+    ) -> None:
         self.client = client
         self.store = store
+        self.model = model
 
     def send(self, conversation_id: str, text: str, sampling: Sampling | None = None) -> Reply:
         """Commit the user's message now, then the reply (see `reply`)."""
@@ -65,7 +75,7 @@ class ChatSession:
         conversation = self.store.get(conversation_id)
         sampling = sampling or Sampling.from_dict(conversation.sampling)
         history = history_messages(conversation.system_prompt, self.store.messages(conversation_id))
-        model = self.client.params.model_path if self.client.params else None
+        model = self.model or (self.client.params.model_path if self.client.params else None)
         writer = self.store.begin_reply(conversation_id, model, asdict(sampling))
         engine_reply = self.client.chat(conversation_id, history, sampling)
         try:
