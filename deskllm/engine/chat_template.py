@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from jinja2 import TemplateError
@@ -109,7 +109,16 @@ class ChatTemplate:
             "eos_token": self.eos_token,
         }
 
-    def render(self, messages: list[ChatMessage] | tuple[ChatMessage, ...]) -> RenderedPrompt:
+    def render(
+        self, messages: list[ChatMessage] | tuple[ChatMessage, ...], *, continue_reply: bool = False
+    ) -> RenderedPrompt:
+        """The prompt for the next assistant turn. `continue_reply`: the last message is a
+        partial assistant reply; the prompt is the turns before it with the generation prompt,
+        then its text as the start of the turn (not closed), so the model goes on with it."""
+        if continue_reply:
+            *head, partial = messages
+            rendered = self.render(head)
+            return replace(rendered, text=rendered.text + partial.content)
         context = self._context(messages)
         if self.template is not None:
             try:

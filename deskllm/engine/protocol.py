@@ -74,6 +74,9 @@ class Chat:
     conversation_id: str
     messages: tuple[ChatMessage, ...]
     sampling: Sampling = field(default_factory=Sampling)
+    # The last message is a partial assistant reply to go on with: the prompt is the turns
+    # before it with the generation prompt, then its text, left open (no end-of-turn).
+    continue_reply: bool = False
 
 
 @dataclass(frozen=True)

@@ -267,18 +267,22 @@ class Worker:
         if self.kv_disk_dir:
             delete_conversation_states(self.kv_disk_dir, conversation_id)
 
-    def fit_prompt(self, messages: list[ChatMessage], max_tokens: int):
+    def fit_prompt(
+        self, messages: list[ChatMessage], max_tokens: int, continue_reply: bool = False
+    ):
         """Render and tokenize; drop the oldest turns (never the system prompt or the last
-        message) until the prompt and room for the reply fit the context."""
+        message, nor the question of a reply being continued) until the prompt and room for
+        the reply fit the context."""
         runtime = self.runtime
         reserve = min(max_tokens, runtime.n_ctx // 2)
         dropped = 0
+        kept = 2 if continue_reply else 1
         while True:
-            rendered = self.template.render(messages)
+            rendered = self.template.render(messages, continue_reply=continue_reply)
             tokens = runtime.tokenize(rendered.text)
             if len(tokens) + reserve <= runtime.n_ctx:
                 return tokens, dropped, rendered.warning
-            droppable = [i for i, m in enumerate(messages[:-1]) if m.role != "system"]
+            droppable = [i for i, m in enumerate(messages[:-kept]) if m.role != "system"]
             if not droppable:
                 from deskllm.engine.runtime import EngineError
 
@@ -358,9 +362,14 @@ class Worker:
         matcher = StopMatcher(())  # replaced once the prompt is read
         try:
             state["restored"] = self.switch_to(request.conversation_id)
+            if request.continue_reply and (
+                not request.messages or request.messages[-1].role != "assistant"
+            ):
+                self.send(Error(rid, "there is no assistant reply to continue", kind="error"))
+                return
             try:
                 tokens, dropped, warning = self.fit_prompt(
-                    list(request.messages), sampling.max_tokens
+                    list(request.messages), sampling.max_tokens, request.continue_reply
                 )
             except TemplateRefused as exc:
                 self.send(Error(rid, str(exc), kind="template"))

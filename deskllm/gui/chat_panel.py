@@ -12,7 +12,7 @@ Signals:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from deskllm.gui.chat_input import ChatInput
@@ -46,6 +46,8 @@ NEW_TITLE = "New chat"
 class _Stream:
     conversation_id: str
     parts: list[str] = field(default_factory=list)
+    prefix: str = ""  # the text a continued reply already had
+    message_id: int | None = None  # the stored reply being continued (None: a new reply)
 
 
 def _provisional(conversation_id: str, role: str, text: str = "") -> Message:
@@ -239,9 +241,15 @@ class ChatPanel(QWidget):
         self._start(lambda: self.bridge.regenerate(cid))
 
     def continue_reply(self) -> None:
-        """Go on with an interrupted reply: the model sees it and is asked to continue."""
-        if self.can_send():
-            self._send_text("Continue")
+        """Go on with the interrupted last reply in place: the model takes its text as the
+        start of its turn, and the same message (and bubble) grows."""
+        if not self.can_send() or not self.widgets:
+            return
+        message = self.widgets[-1].message
+        if message.role != "assistant" or message.status != "interrupted" or message.id < 0:
+            return
+        cid = self.conversation_id
+        self._start(lambda: self.bridge.continue_reply(cid), continued=message)
 
     def edit_message(self, message: Message) -> None:
         if self.busy:
@@ -258,12 +266,16 @@ class ChatPanel(QWidget):
         self._editing = None
         self.edit_banner.hide()
 
-    def _start(self, request: Callable[[], None]) -> None:
+    def _start(self, request: Callable[[], None], continued: Message | None = None) -> None:
         cid = self.conversation_id
         self.ensure_model(self.store.get(cid))
-        self._stream = _Stream(cid)
         self._follow = True
-        self._add_widget(_provisional(cid, "assistant"))
+        if continued is None:
+            self._stream = _Stream(cid)
+            self._add_widget(_provisional(cid, "assistant"))
+        else:
+            self._stream = _Stream(cid, prefix=continued.content, message_id=continued.id)
+            self.widgets[-1].set_message(replace(continued, status="streaming"))
         self._update_buttons()
         self.stream_started.emit(cid)
         request()
@@ -281,7 +293,7 @@ class ChatPanel(QWidget):
         stream = self._stream
         if stream is None or stream.conversation_id != self.conversation_id or not self.widgets:
             return
-        self.widgets[-1].set_text("".join(stream.parts))
+        self.widgets[-1].set_text(stream.prefix + "".join(stream.parts))
 
     def _on_finished(self, conversation_id: str, event: object) -> None:
         if self._stream is not None and self._stream.conversation_id == conversation_id:
@@ -320,14 +332,18 @@ class ChatPanel(QWidget):
         stream = self._stream
         if stream is not None and stream.conversation_id == self.conversation_id:
             last = self.widgets[-1].message if self.widgets else None
-            if last is None or last.status != "streaming":
+            if last is None or (last.status != "streaming" and last.id != stream.message_id):
                 self._add_widget(_provisional(self.conversation_id, "assistant"))
             self._render_stream()
         self._update_buttons()
 
     def _is_streaming(self, message: Message) -> bool:
-        # The store lags the tokens by up to half a second: the stream's text wins.
-        return message.status == "streaming" and self._stream is not None
+        # The store lags the tokens by up to half a second: the stream's text wins (for a
+        # continued reply, also before the store marked it streaming again).
+        stream = self._stream
+        if stream is None:
+            return False
+        return message.status == "streaming" or message.id == stream.message_id
 
     def _add_widget(self, message: Message) -> None:
         # Created inside the chat: a parentless widget, even never shown, costs the window

@@ -67,6 +67,12 @@ class EngineBridge(QObject):
     def regenerate(self, conversation_id: str) -> None:
         self.tasks.run(lambda: self._stream(conversation_id, lambda s: s.reply(conversation_id)))
 
+    def continue_reply(self, conversation_id: str) -> None:
+        """Go on with the conversation's interrupted last reply, in the same message."""
+        self.tasks.run(
+            lambda: self._stream(conversation_id, lambda s: s.continue_reply(conversation_id))
+        )
+
     def forget(self, conversation_id: str) -> None:
         """The conversation was deleted: drop its KV state in RAM and on disk."""
         self.client.forget(conversation_id)

@@ -47,6 +47,24 @@ def stored_outcome(reply: Reply, writer: ReplyWriter) -> tuple[str, dict[str, An
     return ("interrupted" if writer.text else "error"), details
 
 
+def continued_metrics(before: dict[str, Any], part: dict[str, Any]) -> dict[str, Any]:
+    """The figures of a reply continued in place. Speeds, time to first token, the prompt and
+    the context are the last part's: they describe what the user just waited for, and a
+    speed averaged over parts run at different times would describe nothing. The token count
+    is the whole reply's (every part added up), `continued` counts the continuations, and an
+    error of an earlier part is dropped (this part's outcome is the message's)."""
+    merged = {k: v for k, v in before.items() if k not in ("error", "error_kind")} | part
+    tokens = before.get("generated_tokens", 0) + part.get("generated_tokens", 0)
+    merged["generated_tokens"] = tokens
+    merged["continued"] = before.get("continued", 0) + 1
+    return merged
+
+
+class ContinueError(ValueError):
+    """The conversation has no reply to continue (its last message is not an assistant reply
+    with text)."""
+
+
 class ChatSession:
     """`client`: the local engine, or a remote model (its replies are stored alike).
     `model`: what replies record as their model (default: the engine's loaded file)."""
@@ -71,23 +89,50 @@ class ChatSession:
         final event comes after the reply is saved."""
         return Reply(self._stored_events(conversation_id, sampling), self.client.cancel)
 
-    def _stored_events(self, conversation_id: str, sampling: Sampling | None) -> Iterator[Event]:
+    def continue_reply(self, conversation_id: str, sampling: Sampling | None = None) -> Reply:
+        """Go on with the conversation's last reply (an interrupted one) in place: the model
+        gets the turns before it and its text as the open start of its turn, and what it
+        writes is appended to the same stored message, saved while it streams. The Reply's
+        text is the new part only. Raises ContinueError when there is no reply to continue."""
+        messages = self.store.messages(conversation_id)
+        last = messages[-1] if messages else None
+        if last is None or last.role != "assistant" or not last.content:
+            raise ContinueError("the conversation's last message is not a reply to continue")
+        if last.status in ("streaming", "error"):
+            raise ContinueError(f"the last reply is {last.status}; it cannot be continued")
+        events = self._stored_events(conversation_id, sampling, continued=last)
+        return Reply(events, self.client.cancel)
+
+    def _stored_events(
+        self, conversation_id: str, sampling: Sampling | None, continued: Message | None = None
+    ) -> Iterator[Event]:
         conversation = self.store.get(conversation_id)
         sampling = sampling or Sampling.from_dict(conversation.sampling)
         history = history_messages(conversation.system_prompt, self.store.messages(conversation_id))
         model = self.model or (self.client.params.model_path if self.client.params else None)
-        writer = self.store.begin_reply(conversation_id, model, asdict(sampling))
-        engine_reply = self.client.chat(conversation_id, history, sampling)
+        if continued is None:
+            writer = self.store.begin_reply(conversation_id, model, asdict(sampling))
+        else:
+            writer = self.store.resume_reply(continued.id)
+
+        def finish(status: str, metrics: dict[str, Any]) -> None:
+            if continued is not None:
+                metrics = continued_metrics(continued.metrics, metrics)
+            writer.finish(status, metrics)
+
+        engine_reply = self.client.chat(
+            conversation_id, history, sampling, continue_reply=continued is not None
+        )
         try:
             for event in engine_reply.events():
                 if isinstance(event, TextDelta):
                     writer.append(event.text)
                 elif engine_reply.final is not None:
-                    writer.finish(*stored_outcome(engine_reply, writer))
+                    finish(*stored_outcome(engine_reply, writer))
                 yield event
         finally:
             if self.store.get_message(writer.message_id).status == "streaming":
                 # The reader stopped listening (window closed, Ctrl+C): keep what came, marked.
                 self.client.cancel()
                 metrics = asdict(engine_reply.metrics) if engine_reply.metrics else {}
-                writer.finish("interrupted", metrics)
+                finish("interrupted", metrics)

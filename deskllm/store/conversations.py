@@ -240,16 +240,35 @@ class ConversationStore:
         )
         return ReplyWriter(self, message.id)
 
+    def resume_reply(self, message_id: int) -> ReplyWriter:
+        """Go on writing a stored assistant reply (Continue): it is streaming again, and new
+        text is appended to what it holds."""
+        message = self.get_message(message_id)
+        if message.role != "assistant":
+            raise ValueError(f"message {message_id} is not a reply")
+        now = time.time()
+        with self.db.atomic():
+            self.db["messages"].update(message_id, {"status": "streaming", "updated_at": now})
+            self.db["conversations"].update(message.conversation_id, {"updated_at": now})
+        return ReplyWriter(self, message_id, prefix=message.content)
+
 
 class ReplyWriter:
-    """Writes a streaming reply to the database at most every `flush_interval_s` seconds."""
+    """Writes a streaming reply to the database at most every `flush_interval_s` seconds;
+    `prefix`: the text the message already holds (a reply being continued)."""
 
-    def __init__(self, store: ConversationStore, message_id: int, flush_interval_s: float = 0.5):
+    def __init__(
+        self,
+        store: ConversationStore,
+        message_id: int,
+        flush_interval_s: float = 0.5,
+        prefix: str = "",
+    ):
         self.store = store
         self.message_id = message_id
         self.flush_interval_s = flush_interval_s
-        self._parts: list[str] = []
-        self._flushed_len = 0
+        self._parts: list[str] = [prefix] if prefix else []
+        self._flushed_len = len(prefix)
         self._last_flush = time.monotonic()
 
     @property

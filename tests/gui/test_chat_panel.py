@@ -86,14 +86,27 @@ def test_escape_stops_and_the_interrupted_reply_can_be_continued(qtbot, window):
     assert widget.note.isVisible() and "Interrupted" in widget.note.text()
     assert widget.continue_button.isVisible() and widget.regenerate_button.isVisible()
 
-    set_sampling(window, max_tokens=8)
+    # Continue extends the same message, in the same bubble: no "Continue" user message.
+    set_sampling(window, max_tokens=8, ignore_eos=True)
+    more: list[str] = []
+    window.bridge.delta.connect(lambda _cid, text: more.append(text))
     with qtbot.waitSignal(window.bridge.finished, timeout=REPLY_TIMEOUT_MS):
         widget.continue_button.click()
+        assert not widget.note.isVisible()  # streaming again: the interrupted note is gone
     messages = window.store.messages(window.chat.conversation_id)
-    assert [(m.role, m.status) for m in messages[1:]] == [
-        ("assistant", "interrupted"), ("user", "complete"), ("assistant", "complete")]  # fmt: skip
-    assert messages[2].content == "Continue"
-    assert not window.chat.widgets[1].continue_button.isVisible()  # only on the last message
+    assert [(m.role, m.status) for m in messages] == [
+        ("user", "complete"), ("assistant", "complete")]  # fmt: skip
+    grown = messages[-1]
+    assert grown.id == stopped.id and more
+    assert grown.content == stopped.content + "".join(more)
+    assert len(grown.content) > len(stopped.content)
+    assert grown.metrics["continued"] == 1
+    assert grown.metrics["generated_tokens"] == stopped.metrics["generated_tokens"] + 8
+    assert window.chat.widgets[-1] is widget and len(window.chat.widgets) == 2
+    assert widget.message.id == stopped.id and widget.message.status == "complete"
+    widget.copy_button.click()  # copies the text the bubble shows
+    assert QApplication.clipboard().text() == grown.content
+    assert not widget.continue_button.isVisible() and not widget.note.isVisible()
 
 
 def test_an_interrupted_reply_can_be_regenerated_in_place(qtbot, window):

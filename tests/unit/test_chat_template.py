@@ -59,6 +59,17 @@ def test_chatml_template_from_the_model_renders_exactly():
     assert out.text == CHATML_EXPECTED
 
 
+@pytest.mark.parametrize("source", [CHATML, LLAMA3_STYLE, None])
+def test_a_continued_reply_is_the_open_start_of_the_assistant_turn(source):
+    """The turns before the partial reply with the generation prompt, then its text as it is:
+    not closed with an end-of-turn, so the model goes on with it."""
+    partial = ChatMessage("assistant", "Four, because two ")
+    template = ChatTemplate(source, bos_token="<s>")
+    out = template.render((*MESSAGES, partial), continue_reply=True)
+    assert out.text == template.render(MESSAGES).text + "Four, because two "
+    assert out.source == ("model" if source else "fallback")
+
+
 def test_template_with_bos_token_raise_exception_and_generation_prompt():
     tmpl = ChatTemplate(LLAMA3_STYLE, bos_token="<|begin_of_text|>", eos_token="<|eot_id|>")
     assert tmpl.source == "model"

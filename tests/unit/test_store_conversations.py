@@ -398,6 +398,26 @@ def test_reply_writer_flush_and_finish(store, db_path):
     )
 
 
+def test_a_resumed_reply_grows_the_same_message(store, db_path):
+    conv = store.create()
+    store.add_message(conv.id, "user", "question")
+    first = store.begin_reply(conv.id, "m.gguf")
+    first.append("Once upon")
+    first.finish("interrupted", {"generated_tokens": 2})
+    writer = store.resume_reply(first.message_id)
+    assert writer.message_id == first.message_id and writer.text == "Once upon"
+    assert committed_message(db_path, writer.message_id)["status"] == "streaming"
+    writer.append(" a time")
+    writer.flush()
+    assert committed_message(db_path, writer.message_id)["content"] == "Once upon a time"
+    writer.finish("complete")
+    shown = [(m.role, m.content, m.status) for m in store.messages(conv.id)]
+    assert shown == [("user", "question", "complete"),
+                     ("assistant", "Once upon a time", "complete")]  # fmt: skip
+    with pytest.raises(ValueError):
+        store.resume_reply(store.messages(conv.id)[0].id)  # a user message is not a reply
+
+
 def trace_updates(store: ConversationStore, into: list[str]) -> None:
     """Record the UPDATE statements the store runs. SQLite reports a statement again for each
     trigger it fires (the search index), so count distinct ones: each write has its own text."""
