@@ -13,6 +13,7 @@ COMMAND_MODULES = (
     "deskllm.cli.chat",
     "deskllm.cli.models",
     "deskllm.cli.bench",
+    "deskllm.cli.quality",
     "deskllm.cli.catalog",
     "deskllm.cli.download",
     "deskllm.cli.plan",

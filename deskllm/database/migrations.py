@@ -165,3 +165,34 @@ def m006_remote_endpoints(db: Database) -> None:
         not_null={"base_url", "preset", "allow_routing", "created_at"},
         defaults={"allow_routing": 0, "prices": "{}", "preset": "openai"},
     )
+
+
+@migration
+def m008_quality_results(db: Database) -> None:
+    # `deskllm quality` results (deskllm.store.quality_results): KL divergence of a model file
+    # against a reference file on one text, so a check is not run again for nothing.
+    db["quality_results"].create(
+        {
+            "id": int,
+            "model": str,  # the model file's path
+            "reference": str,  # the reference file's path
+            "text_sha256": str,
+            "n_ctx": int,
+            "tokens": int,  # scored tokens
+            "mean_kld": float,
+            "median_kld": float,
+            "kld_p99": float,
+            "same_top_pct": float,
+            "ppl": float,
+            "ppl_reference": float,
+            "ppl_ratio": float,
+            "delta_p": str,  # JSON: {mean, rms, p01, p05, p50, p95, p99}
+            "seconds": float,
+            "created_at": float,
+        },
+        pk="id",
+        not_null={"model", "reference", "text_sha256", "n_ctx", "created_at"},
+    )
+    db["quality_results"].create_index(
+        ["model", "reference", "text_sha256", "n_ctx"], unique=True
+    )

@@ -81,6 +81,8 @@ def test_deb_installs_runs_and_uninstalls_cleanly(tmp_path, deb, build_info):
             valid = run("desktop-file-validate", str(desktop))
             assert valid.returncode == 0, valid.stdout + valid.stderr
         assert Path("/usr/share/icons/hicolor/scalable/apps/deskllm.svg").is_file()
+        # `deskllm quality`'s default text travels with the app
+        assert Path("/opt/deskllm/_internal/resources/text/quality_sample.txt").stat().st_size
     finally:
         removed = run("apt-get", "remove", "-y", "-q", "deskllm", env=env)
     assert removed.returncode == 0, removed.stderr
