@@ -1,0 +1,309 @@
+"""BatchEngineClient: the client of the batched engine process (batch_worker), for many
+replies at once. Qt-free and thread-safe: any thread may read its own Reply while others do.
+
+    client = BatchEngineClient(n_slots=4)
+    client.load(params)                  # params.n_ctx: the context of one slot
+    replies = [client.chat("api", messages_i, sampling) for ...]   # each read in its thread
+
+A reader thread takes every event off the pipe and hands it to the Reply whose request id it
+carries. When the worker dies (crash, kill, out of memory) or stops answering for
+`hang_timeout_s` while it owes events, every open Reply ends with Exited, and the next chat
+starts a fresh worker with the same model (unless it died CRASH_LIMIT times in a row).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import multiprocessing
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from multiprocessing.connection import wait
+from pathlib import Path
+
+from deskllm.engine.batch_protocol import BatchLoad, CancelRequest
+from deskllm.engine.client import CRASH_LIMIT, HANG_TIMEOUT_S, exit_reason
+from deskllm.engine.errors import EngineError, ErrorKind
+from deskllm.engine.protocol import (
+    Chat,
+    ChatMessage,
+    Done,
+    Error,
+    Event,
+    Exited,
+    Heartbeat,
+    Loaded,
+    LoadParams,
+    LoadProgress,
+    Sampling,
+    Shutdown,
+)
+from deskllm.engine.reply import Reply
+
+log = logging.getLogger("deskllm.engine")
+
+_CONTROL = -1  # the mailbox of events that belong to no reply (load progress, load errors)
+
+
+class BatchEngineClient:
+    """Talks to one batched engine process with `n_slots` slots."""
+
+    def __init__(
+        self,
+        n_slots: int,
+        log_level: int = logging.WARNING,
+        hang_timeout_s: float | None = None,
+    ) -> None:
+        if n_slots < 1:
+            raise ValueError("n_slots must be 1 or more")
+        self.n_slots = n_slots
+        self._ctx = multiprocessing.get_context("spawn")
+        self._process = None
+        self._conn = None
+        self._log_level = log_level
+        self.hang_timeout_s = HANG_TIMEOUT_S if hang_timeout_s is None else hang_timeout_s
+        self._send_lock = threading.Lock()
+        self._lock = threading.Lock()  # the mailboxes, and starting or loading a worker
+        self._load_lock = threading.Lock()
+        # Each open reply's (and a load's) queue of events, with the process that owes them.
+        self._mailboxes: dict[int, tuple[queue.Queue, object]] = {}
+        self._ids = itertools.count(1)
+        self.params: LoadParams | None = None
+        self.loaded: Loaded | None = None
+        self.crashes = 0
+
+    # Process ----------------------------------------------------------------------------------
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process and self._process.is_alive() else None
+
+    @property
+    def slot_ctx(self) -> int:
+        """The context of one slot, in tokens (0 before a load)."""
+        return self.loaded.n_ctx // self.n_slots if self.loaded else 0
+
+    def _start_process(self, env: dict[str, str]) -> None:
+        from deskllm.engine.batch_worker import batch_worker_main
+
+        self._stop_process()
+        parent, child = self._ctx.Pipe()
+        process = self._ctx.Process(
+            target=batch_worker_main,
+            args=(child, self._log_level, env),
+            name="deskllm-batch-engine",
+            daemon=True,
+        )
+        process.start()
+        child.close()
+        self._process, self._conn = process, parent
+        self.loaded = None
+        threading.Thread(target=self._read_events, args=(process, parent),
+                         name="deskllm-batch-events", daemon=True).start()  # fmt: skip
+
+    def _send(self, request: object) -> None:
+        with self._send_lock:
+            self._conn.send(request)
+
+    def _deliver(self, key: int, event: Event) -> None:
+        with self._lock:
+            entry = self._mailboxes.get(key)
+        if entry is not None:
+            entry[0].put(event)
+
+    def _read_events(self, process, conn) -> None:
+        """Hand each event to its reply; on the worker's death, Exited to every open one."""
+        hung = False
+        last_seen = time.monotonic()
+        while True:
+            ready = wait([conn, process.sentinel], timeout=1.0)
+            now = time.monotonic()
+            if not ready:
+                with self._lock:
+                    owed = any(owner is process for _box, owner in self._mailboxes.values())
+                if owed and now - last_seen > self.hang_timeout_s:
+                    hung = True
+                    log.warning("the batch engine sent nothing for %.0f s; ending it",
+                                self.hang_timeout_s)  # fmt: skip
+                    process.kill()
+                    break
+                if not owed:
+                    last_seen = now
+                continue
+            if conn not in ready and not conn.poll(0):
+                break
+            try:
+                event = conn.recv()
+            except (EOFError, OSError):
+                break
+            last_seen = now
+            if isinstance(event, Heartbeat):
+                continue
+            rid = getattr(event, "request_id", None)
+            self._deliver(_CONTROL if rid is None else rid, event)
+        process.join(5)
+        if process.is_alive():
+            process.kill()
+            process.join(5)
+        if self._process is process:
+            self.loaded = None
+        if hung:
+            reason, kind = (f"the engine stopped answering for {self.hang_timeout_s:.0f} s and "
+                            "was ended"), ErrorKind.HUNG  # fmt: skip
+        else:
+            reason, kind = exit_reason(process.exitcode), ErrorKind.EXITED
+        with self._lock:
+            boxes = [(k, box) for k, (box, owner) in self._mailboxes.items() if owner is process]
+        for key, box in boxes:
+            box.put(Exited(reason, process.exitcode, None if key == _CONTROL else key, kind))
+
+    def _stop_process(self, timeout: float = 10.0) -> None:
+        process = self._process
+        if process is None:
+            return
+        if process.is_alive():
+            with contextlib.suppress(OSError, ValueError):
+                self._send(Shutdown())
+            process.join(timeout)
+            if process.is_alive():
+                process.kill()
+                process.join()
+        if self._conn is not None:
+            self._conn.close()
+        self._process = self._conn = None
+        self.loaded = None
+
+    # API --------------------------------------------------------------------------------------
+    def load(
+        self, params: LoadParams, on_progress: Callable[[float], None] | None = None
+    ) -> Loaded:
+        """Load `params`' model with n_slots slots of params.n_ctx tokens (a fresh worker).
+        Raises EngineError. Loaded.n_ctx is the whole context: n_slots × the slot's."""
+        with self._load_lock:
+            self.crashes = 0
+            return self._load_locked(params, on_progress)
+
+    def _load_locked(
+        self, params: LoadParams, on_progress: Callable[[float], None] | None = None
+    ) -> Loaded:
+        env = {"GGML_VK_VISIBLE_DEVICES": params.vulkan_devices} if params.vulkan_devices else {}
+        box: queue.Queue = queue.Queue()
+        self._start_process(env)
+        with self._lock:
+            self._mailboxes[_CONTROL] = (box, self._process)
+        try:
+            self._send(BatchLoad(params, self.n_slots))
+            while True:
+                event = box.get()
+                if isinstance(event, LoadProgress):
+                    if on_progress:
+                        on_progress(event.fraction)
+                elif isinstance(event, Loaded):
+                    self.params, self.loaded = params, event
+                    return event
+                elif isinstance(event, Error):
+                    raise EngineError(event.reason, event.kind)
+                elif isinstance(event, Exited):
+                    name = Path(params.model_path).name
+                    raise EngineError(f"{event.reason} while loading {name}", event.kind)
+        finally:
+            with self._lock:
+                self._mailboxes.pop(_CONTROL, None)
+
+    def chat(
+        self,
+        conversation_id: str,
+        messages: list[ChatMessage] | tuple[ChatMessage, ...],
+        sampling: Sampling | None = None,
+        *,
+        continue_reply: bool = False,
+    ) -> Reply:
+        """One reply, streaming as it is read; nothing is sent until it is read. Replies read
+        at once share the engine's slots (more than n_slots wait inside the engine).
+        `conversation_id` is not used to find a cache: the slot whose tokens share the longest
+        prefix with the prompt is taken, whichever conversation left them."""
+        request_id = next(self._ids)
+        request = Chat(request_id, conversation_id, tuple(messages), sampling or Sampling(),
+                       continue_reply)  # fmt: skip
+        return Reply(self._chat_events(request), lambda: self.cancel_request(request_id))
+
+    def _chat_events(self, request: Chat) -> Iterator[Event]:
+        rid = request.request_id
+        box: queue.Queue = queue.Queue()
+        finished = False
+        try:
+            restarted = self._restart_if_needed(rid)
+            if restarted is not None:
+                finished = True
+                yield restarted
+                return
+            with self._lock:
+                self._mailboxes[rid] = (box, self._process)
+            if not self._process.is_alive():  # died since: its reader may have passed us by
+                box.put(Exited(exit_reason(self._process.exitcode), self._process.exitcode, rid))
+            else:
+                with contextlib.suppress(OSError, ValueError):  # a broken pipe: Exited follows
+                    self._send(request)
+            while True:
+                event = box.get()
+                if isinstance(event, Exited):
+                    self.crashes += 1
+                elif isinstance(event, Done):
+                    self.crashes = 0
+                if isinstance(event, Done | Error | Exited):
+                    finished = True
+                yield event
+                if finished:
+                    return
+        finally:
+            with self._lock:
+                self._mailboxes.pop(rid, None)
+            if not finished:
+                self.cancel_request(rid)  # its reader left: free the slot
+
+    def _restart_if_needed(self, rid: int) -> Error | None:
+        """A fresh engine with the last model after a crash; an Error when it cannot."""
+        with self._load_lock:
+            if self.loaded is not None and self._process is not None and self._process.is_alive():
+                return None
+            if self.params is None:
+                return Error(rid, "no model is loaded", ErrorKind.NO_MODEL)
+            name = Path(self.params.model_path).name
+            if self.crashes >= CRASH_LIMIT:
+                return Error(
+                    rid,
+                    f"{name} ended the engine {self.crashes} times in a row, so it is not "
+                    "loaded again by itself. Restart the server to retry, or serve it with "
+                    "fewer GPU layers or a smaller context.",
+                    ErrorKind.CRASH_LOOP,
+                )
+            try:
+                self._load_locked(self.params)
+            except EngineError as exc:
+                return Error(rid, f"could not restart the engine: {exc}", exc.kind)
+            return None
+
+    def cancel_request(self, request_id: int) -> None:
+        """Stop one reply, waiting or running. Safe from any thread."""
+        if self._process is not None and self._process.is_alive():
+            with contextlib.suppress(OSError, ValueError):
+                self._send(CancelRequest(request_id))
+
+    def kill(self) -> None:
+        """End the engine process now (every open reply gets Exited)."""
+        process = self._process
+        if process is not None and process.is_alive():
+            process.kill()
+
+    def close(self, timeout: float = 10.0) -> None:
+        """End the worker, killing it if it does not end in time."""
+        self.params = None
+        self._stop_process(timeout)
+
+    def __enter__(self) -> BatchEngineClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,344 @@
+"""The batched engine process: one BatchRuntime answering many requests at once.
+
+A reader thread puts every request on a queue; the main thread takes what arrived between two
+steps (new chats, cancels), then runs one step of the runtime and sends each request's events,
+tagged with its request id. While nothing is running it sleeps on the queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+import psutil
+
+from deskllm.engine.batch_protocol import BatchLoad, CancelRequest
+from deskllm.engine.chat_template import ChatTemplate, TemplateRefused
+from deskllm.engine.errors import EngineError, ErrorKind
+from deskllm.engine.load_defaults import resolve_params
+from deskllm.engine.protocol import (
+    Chat,
+    ChatMessage,
+    Done,
+    Error,
+    Heartbeat,
+    Loaded,
+    LoadProgress,
+    Metrics,
+    Shutdown,
+    Status,
+    StatusReport,
+    TextDelta,
+)
+from deskllm.gguf.header import GgufError, read_header
+
+log = logging.getLogger("deskllm.engine")
+
+HEARTBEAT_S = 1.0
+METRICS_INTERVAL_S = 0.25
+TEXT_INTERVAL_S = 0.03  # per reply, as the single-stream worker: each message costs a wake-up
+
+
+def _percentile(sorted_values: list[float], q: float) -> float | None:
+    if not sorted_values:
+        return None
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+
+
+@dataclass
+class ReplyState:
+    """What the worker keeps of one reply besides the runtime's SlotRun."""
+
+    received: float
+    dropped: int = 0
+    warnings: list[str] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)
+    pending: list[str] = field(default_factory=list)
+    last_text: float = 0.0
+    last_metrics: float = 0.0
+
+
+class BatchWorker:
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.send_lock = threading.Lock()
+        self.inbox: queue.Queue = queue.Queue()
+        self.runtime = None
+        self.template: ChatTemplate | None = None
+        self.replies: dict[int, ReplyState] = {}
+        self.process = psutil.Process()
+        self.device = "CPU"
+        self.working = False  # loading, or replies in flight: the client waits for events
+        self.sent = 0
+
+    def send(self, event: object) -> None:
+        with self.send_lock:
+            self.conn.send(event)
+            self.sent += 1
+
+    def heartbeat(self) -> None:
+        """Beat while work makes progress (events out, or steps run); silent when stuck."""
+        seen = None
+        while True:
+            time.sleep(HEARTBEAT_S)
+            if not self.working:
+                seen = None
+                continue
+            progress = (self.sent, getattr(self.runtime, "steps", 0))
+            if progress != seen:
+                seen = progress
+                with self.send_lock:
+                    self.conn.send(Heartbeat())
+
+    def read_requests(self) -> None:
+        while True:
+            try:
+                request = self.conn.recv()
+            except (EOFError, OSError):
+                self.inbox.put(Shutdown())  # the client went away: end quietly
+                return
+            if isinstance(request, Status):
+                self.send(self.status())
+            else:
+                self.inbox.put(request)
+
+    def status(self) -> StatusReport:
+        runtime = self.runtime
+        return StatusReport(
+            loaded=runtime is not None,
+            model_path=runtime.params.model_path if runtime else None,
+            n_ctx=runtime.n_ctx_seq if runtime else 0,
+            busy=bool(self.replies),
+            cached_conversations=(),
+            rss_bytes=self.process.memory_info().rss,
+        )
+
+    # Main loop --------------------------------------------------------------------------------
+    def run(self) -> None:
+        threading.Thread(target=self.read_requests, name="engine-reader", daemon=True).start()
+        threading.Thread(target=self.heartbeat, name="engine-heartbeat", daemon=True).start()
+        while True:
+            idle = self.runtime is None or not self.runtime.busy
+            try:
+                request = self.inbox.get(block=idle)
+                while True:
+                    if isinstance(request, Shutdown):
+                        self.unload()
+                        return
+                    self.handle(request)
+                    request = self.inbox.get_nowait()
+            except queue.Empty:
+                pass
+            if self.runtime is not None and self.runtime.busy:
+                self.working = True
+                self.step()
+            self.working = bool(self.replies)
+
+    def handle(self, request: object) -> None:
+        try:
+            if isinstance(request, BatchLoad):
+                self.working = True
+                self.load(request)
+            elif isinstance(request, Chat):
+                self.admit(request)
+            elif isinstance(request, CancelRequest) and self.runtime is not None:
+                self.runtime.cancel(request.request_id)
+        except Exception as exc:  # report, never die silently: the client waits for an event
+            kind = getattr(exc, "kind", None)
+            if kind is None:
+                log.exception("engine request failed")
+                kind = ErrorKind.ERROR
+            request_id = getattr(request, "request_id", None)
+            self.replies.pop(request_id, None)
+            self.send(Error(request_id, str(exc), kind=kind))
+
+    def load(self, request: BatchLoad) -> None:
+        from deskllm.engine.batch_runtime import BatchRuntime
+
+        try:
+            header = read_header(Path(request.params.model_path))
+        except GgufError as exc:
+            self.send(Error(None, str(exc), kind="bad_model"))
+            return
+        self.unload()
+        params = resolve_params(request.params, header.context_length)
+        started = time.perf_counter()
+        last = [0.0]
+
+        def on_progress(fraction: float) -> None:
+            if fraction - last[0] >= 0.05 or fraction >= 1.0:
+                last[0] = fraction
+                self.send(LoadProgress(fraction))
+
+        runtime = BatchRuntime(params, request.n_slots, bool(params.use_extra_bufts), on_progress)
+        self.runtime = runtime
+        self.template = ChatTemplate(runtime.chat_template(), runtime.bos_text, runtime.eos_text)
+        from deskllm.engine.worker import _device_name
+
+        self.device = _device_name(runtime.buffers)
+        warnings = (self.template.warning,) if self.template.warning else ()
+        self.send(
+            Loaded(
+                model_path=params.model_path,
+                n_ctx=runtime.n_ctx,
+                n_ctx_train=runtime.n_ctx_train,
+                n_gpu_layers=params.n_gpu_layers,
+                use_extra_bufts=bool(params.use_extra_bufts),
+                chat_template_source=self.template.source,
+                warnings=warnings,
+                load_s=time.perf_counter() - started,
+                rss_bytes=self.process.memory_info().rss,
+                buffers=runtime.buffers,
+                devices=(self.device,),
+            )
+        )
+
+    def unload(self) -> None:
+        if self.runtime is None:
+            return
+        for rid in list(self.replies):
+            self.send(Error(rid, "the model was unloaded", kind=ErrorKind.NO_MODEL))
+        self.replies.clear()
+        self.runtime.close()
+        self.runtime = None
+
+    # Chat -------------------------------------------------------------------------------------
+    def fit_prompt(
+        self, messages: list[ChatMessage], max_tokens: int, continue_reply: bool
+    ) -> tuple[list[int], int, str | None]:
+        """Render and tokenize; drop the oldest turns (never the system prompt or the last
+        message, nor the question of a reply being continued) until the prompt and room for
+        the reply fit one slot's context. As the single-stream worker does."""
+        n_ctx = self.runtime.n_ctx_seq
+        reserve = min(max_tokens, n_ctx // 2)
+        dropped = 0
+        kept = 2 if continue_reply else 1
+        while True:
+            rendered = self.template.render(messages, continue_reply=continue_reply)
+            tokens = self.runtime.tokenize(rendered.text)
+            if len(tokens) + reserve <= n_ctx:
+                return tokens, dropped, rendered.warning
+            droppable = [i for i, m in enumerate(messages[:-kept]) if m.role != "system"]
+            if not droppable:
+                raise EngineError(
+                    f"the conversation's last message is {len(tokens)} tokens; with {reserve} "
+                    f"kept for the reply it does not fit the {n_ctx}-token context of a slot. "
+                    "Shorten the message or serve with a larger context.",
+                    kind="context",
+                )
+            i = droppable[0]
+            del messages[i]
+            dropped += 1
+            if i < len(messages) - 1 and messages[i].role == "assistant":
+                del messages[i]
+                dropped += 1
+
+    def admit(self, request: Chat) -> None:
+        rid = request.request_id
+        if self.runtime is None:
+            self.send(Error(rid, "no model is loaded", kind="no_model"))
+            return
+        if request.sampling.json_schema is not None:
+            from deskllm.engine.runtime import grammar_of
+
+            grammar_of(request.sampling.json_schema)  # a bad schema fails before any work
+        if request.continue_reply and (
+            not request.messages or request.messages[-1].role != "assistant"
+        ):
+            self.send(Error(rid, "there is no assistant reply to continue", kind="error"))
+            return
+        state = ReplyState(time.perf_counter())
+        try:
+            tokens, state.dropped, warning = self.fit_prompt(
+                list(request.messages), request.sampling.max_tokens, request.continue_reply
+            )
+        except TemplateRefused as exc:
+            self.send(Error(rid, str(exc), kind="template"))
+            return
+        if warning:
+            state.warnings.append(warning)
+        if state.dropped:
+            state.warnings.append(f"{state.dropped} old messages were left out to fit the context")
+        self.replies[rid] = state
+        self.runtime.submit(rid, tokens, request.sampling)
+
+    def step(self) -> None:
+        now = time.perf_counter()
+        for out in self.runtime.step():
+            rid = out.run.request_id
+            state = self.replies.get(rid)
+            if state is None:
+                continue
+            if out.text:
+                state.text.append(out.text)
+                state.pending.append(out.text)
+            if out.finish is not None:
+                self.replies.pop(rid)
+                self.send_text(rid, state)
+                if out.error is not None:
+                    self.send(Error(rid, str(out.error), kind=out.error.kind))
+                    continue
+                self.send(
+                    Done(
+                        request_id=rid,
+                        finish_reason=out.finish,
+                        text="".join(state.text),
+                        metrics=self.metrics(out.run, state),
+                        dropped_messages=state.dropped,
+                        warnings=tuple(state.warnings),
+                        stop_string=out.stop_string,
+                    )
+                )
+                continue
+            if state.pending and (now - state.last_text >= TEXT_INTERVAL_S):
+                state.last_text = now
+                self.send_text(rid, state)
+            if now - state.last_metrics >= METRICS_INTERVAL_S:
+                state.last_metrics = now
+                self.send(self.metrics(out.run, state))
+
+    def send_text(self, rid: int, state: ReplyState) -> None:
+        if state.pending:
+            self.send(TextDelta(rid, "".join(state.pending)))
+            state.pending.clear()
+
+    def metrics(self, run, state: ReplyState) -> Metrics:
+        """Figures of one reply. TTFT counts from when the worker received the request (the
+        wait for a free slot included); pp_tps from when it got its slot."""
+        first, last = run.first_token, run.last_token
+        pp_s = (run.prefill_done - run.admitted) if run.prefill_done and run.admitted else None
+        ordered = sorted(run.intervals)
+        p50, p95 = _percentile(ordered, 0.5), _percentile(ordered, 0.95)
+        return Metrics(
+            request_id=run.request_id,
+            ttft_s=first - state.received if first is not None else None,
+            prompt_tokens=len(run.prompt),
+            cached_tokens=run.cached,
+            evaluated_tokens=run.evaluated if run.slot is not None else 0,
+            pp_tps=run.evaluated / pp_s if pp_s and run.evaluated else None,
+            generated_tokens=run.generated,
+            tg_tps=(run.generated - 1) / (last - first)
+            if run.generated > 1 and last and first and last > first
+            else None,
+            itl_p50_ms=p50 * 1000 if p50 is not None else None,
+            itl_p95_ms=p95 * 1000 if p95 is not None else None,
+            n_past=len(run.slot.tokens) if run.slot is not None else 0,
+            n_ctx=self.runtime.n_ctx_seq,
+            rss_bytes=self.process.memory_info().rss,
+            device=self.device,
+        )
+
+
+def batch_worker_main(
+    conn: Connection, log_level: int = logging.WARNING, env: dict[str, str] | None = None
+) -> None:
+    """Entry point of the batched engine process (multiprocessing spawn target)."""
+    os.environ.update(env or {})
+    logging.basicConfig(level=log_level, format="%(levelname)s %(name)s[engine]: %(message)s")
+    BatchWorker(conn).run()

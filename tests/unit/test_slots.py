@@ -1,0 +1,68 @@
+"""The batched engine's slot choice and step budget, without a model."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from deskllm.engine.slots import Slot, choose_slot, common_prefix, share_budget
+
+
+def test_a_request_takes_the_free_slot_with_the_longest_common_prefix():
+    slots = [Slot(0, [1, 2, 9]), Slot(1, [1, 2, 3, 4, 7]), Slot(2, [5, 6])]
+    choice = choose_slot(slots, [1, 2, 3, 4, 5, 6])
+    assert choice.slot.index == 1 and choice.reused == 4
+
+
+def test_a_busy_slot_is_never_chosen_however_much_it_shares():
+    slots = [Slot(0, [1, 2, 3, 4], request_id=7), Slot(1, [1, 9])]
+    choice = choose_slot(slots, [1, 2, 3, 4, 5])
+    assert choice.slot.index == 1 and choice.reused == 1
+
+
+def test_no_free_slot_means_the_request_waits():
+    assert choose_slot([Slot(0, request_id=1), Slot(1, request_id=2)], [1, 2]) is None
+
+
+def test_the_last_prompt_token_is_always_evaluated_again():
+    # The whole prompt is cached: its last token must still be decoded for its logits.
+    choice = choose_slot([Slot(0, [1, 2, 3, 4])], [1, 2, 3])
+    assert choice.reused == 2
+    assert choose_slot([Slot(0, [1, 2, 3])], [1, 2, 3]).reused == 2
+
+
+def test_among_slots_sharing_nothing_the_least_recently_used_is_given_up():
+    slots = [Slot(0, [8], last_used=5), Slot(1, [9], last_used=2), Slot(2, [7], last_used=9)]
+    choice = choose_slot(slots, [1, 2])
+    assert choice.slot.index == 1 and choice.reused == 0
+
+
+def test_running_streams_get_their_token_before_any_prompt_chunk():
+    assert share_budget(3, [600, 100], 512) == [509, 0]
+    assert share_budget(2, [10, 100, 1000], 64) == [10, 52, 0]
+    assert share_budget(0, [], 512) == []
+
+
+@given(
+    st.lists(st.lists(st.integers(0, 3), max_size=8), min_size=1, max_size=6),
+    st.lists(st.booleans(), min_size=6, max_size=6),
+    st.lists(st.integers(0, 3), min_size=1, max_size=8),
+)
+def test_the_choice_is_a_free_slot_with_the_best_prefix_there_is(caches, busy, prompt):
+    slots = [Slot(i, list(c), request_id=i if busy[i] else None) for i, c in enumerate(caches)]
+    choice = choose_slot(slots, prompt)
+    free = [s for s in slots if s.free]
+    if not free:
+        assert choice is None
+        return
+    assert choice.slot.free
+    best = max(common_prefix(s.tokens, prompt) for s in free)
+    assert common_prefix(choice.slot.tokens, prompt) == best
+    assert choice.reused == min(best, len(prompt) - 1)
+
+
+@given(st.integers(0, 16), st.lists(st.integers(1, 2000), max_size=6), st.integers(16, 1024))
+def test_a_step_never_holds_more_than_n_batch_tokens(n_decoding, wants, n_batch):
+    shares = share_budget(n_decoding, wants, n_batch)
+    assert all(0 <= s <= w for s, w in zip(shares, wants, strict=True))
+    assert n_decoding + sum(shares) <= max(n_batch, n_decoding)
