@@ -1,5 +1,7 @@
 """Discover: search Hugging Face for GGUF models, see each quantization of a repo planned for
-this machine (memory at the chosen context, fit, quality), and download one.
+this machine (memory at the chosen context, fit, quality, expected speed), and download one.
+Without a search (and offline) it shows the curated catalog planned for this machine
+(CuratedList); a curated repo's quantizations are planned from the catalog, offline too.
 
 Hub calls and planning run on a worker thread (TaskRunner); downloads run in the
 DownloadBridge's queue. Answers that arrive after the user moved on are dropped.
@@ -10,18 +12,24 @@ Signals:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import Future
+from pathlib import PurePath
 
-from deskllm.catalog.hub import CatalogError, HubCatalog
+from deskllm.catalog.hub import CatalogError, HubCatalog, hub_offline
 from deskllm.catalog.hub_types import SORTS, SearchResult
-from deskllm.catalog.quants import kl_divergence, quality_rank, quality_tier
+from deskllm.catalog.quants import quality_rank
 from deskllm.downloads import DownloadState, Progress
 from deskllm.downloads.units import human_bytes
+from deskllm.gui.curated_list import CuratedList
+from deskllm.gui.discover_planning import CuratedAnswer, plan_curated, plan_repo
 from deskllm.gui.download_bridge import DownloadBridge
 from deskllm.gui.download_row import DownloadRow
+from deskllm.gui.plan_text import fit_badge, memory_text, quality_text, speed_text
 from deskllm.gui.qt import (
     QAbstractItemView,
     QComboBox,
+    QEvent,
     QFont,
     QGroupBox,
     QHBoxLayout,
@@ -43,42 +51,8 @@ from deskllm.planner.fit import QuantPlan
 from deskllm.planner.plan_model import ModelPlan
 
 CONTEXTS = (2048, 4096, 8192, 16384, 32768, 65536, 131072)
-QUANT_COLUMNS = ("Quant", "File size", "Quality", "Memory", "Fit", "")
+QUANT_COLUMNS = ("Quant", "File size", "Quality", "Memory", "Fit", "Expected speed", "")
 _REPO = Qt.ItemDataRole.UserRole
-
-
-def fit_badge(plan: QuantPlan) -> str:
-    fit = plan.plan
-    if fit.fit == "gpu":
-        return "Full GPU"
-    if fit.fit == "partial":
-        return f"Partial {fit.n_gpu_layers}/{fit.layer_slots} layers"
-    if fit.fit == "cpu":
-        return "CPU"
-    return "Too large"
-
-
-def quality_text(quant: str) -> str:
-    kl = kl_divergence(quant)
-    if kl is None:
-        return "unknown"
-    return f"{quality_tier(quant)} (KL {kl:g})"
-
-
-def memory_text(plan: QuantPlan) -> str:
-    est = plan.plan.estimate
-    vram = f" + {human_bytes(est.vram_bytes)} VRAM" if est.vram_bytes else ""
-    return f"{human_bytes(est.ram_bytes)} RAM{vram}"
-
-
-def _plan(repo_id: str, n_ctx: int, usable_tps: float) -> ModelPlan:
-    from deskllm.planner.machine import current_hardware
-    from deskllm.planner.plan_model import plan_model
-
-    hardware = current_hardware()
-    if hardware is None:
-        raise CatalogError("the hardware probe failed, so nothing can be planned")
-    return plan_model(repo_id, hardware, n_ctx=n_ctx, usable_tps=usable_tps)
 
 
 def _item(text: str, align_right: bool = False) -> QTableWidgetItem:
@@ -110,10 +84,17 @@ class DiscoverView(QWidget):
         parent: QWidget | None = None,
         *,
         usable_tps: float = 5.0,
+        installed: Callable[[], set[str]] = set,
     ) -> None:
         super().__init__(parent)
         self.downloads = downloads
         self.usable_tps = usable_tps
+        self.installed = installed  # file names of the models in the library
+        self.speeds: dict[str, float] = {}  # decode speeds measured here, by file name
+        self.curated_repo = False  # the repo shown comes from the curated catalog
+        self._curated_token = 0
+        self._curated_planned = False
+        self._curated_answer: CuratedAnswer | None = None
         self.plan: ModelPlan | None = None
         self.repo_id: str | None = None
         self.rows: dict[int, DownloadRow] = {}
@@ -131,6 +112,13 @@ class DiscoverView(QWidget):
         self.banner.setFrameShape(QLabel.Shape.StyledPanel)
         self.banner.hide()
         self.results = _table(("Name", "Downloads", "Likes", "Updated"))
+        self.curated = CuratedList()
+        self.lists = QWidget()  # the curated catalog or the search results, one at a time
+        lists_layout = QVBoxLayout(self.lists)
+        lists_layout.setContentsMargins(0, 0, 0, 0)
+        lists_layout.addWidget(self.curated)
+        lists_layout.addWidget(self.results)
+        self.results.hide()
         self.context = QComboBox()
         for n in CONTEXTS:
             self.context.addItem(f"{n:,} tokens", n)
@@ -151,7 +139,9 @@ class DiscoverView(QWidget):
         self.search_button.clicked.connect(self.search)
         self.sort.currentIndexChanged.connect(lambda _i: self.search())
         self.results.currentCellChanged.connect(lambda row, *_: self._select_result(row))
-        self.context.currentIndexChanged.connect(lambda _i: self.replan())
+        self.curated.repo_selected.connect(lambda repo_id: self.show_repo(repo_id, curated=True))
+        self.curated.download_requested.connect(self.download)
+        self.context.currentIndexChanged.connect(lambda _i: self._context_changed())
         downloads.progress.connect(self._on_progress)
         downloads.restored.connect(self._on_restored)
         downloads.failed.connect(self._on_download_failed)
@@ -173,7 +163,7 @@ class DiscoverView(QWidget):
         detail_layout.addWidget(self.quants, 1)
         detail_layout.addWidget(self.recommended)
         splitter = QSplitter(Qt.Orientation.Vertical)
-        splitter.addWidget(self.results)
+        splitter.addWidget(self.lists)
         splitter.addWidget(detail)
         splitter.setChildrenCollapsible(False)
         layout = QVBoxLayout(self)
@@ -181,6 +171,11 @@ class DiscoverView(QWidget):
         layout.addWidget(self.banner)
         layout.addWidget(splitter, 1)
         layout.addWidget(self.downloads_box)
+
+    def _context_changed(self) -> None:
+        self.replan()
+        if self._curated_planned and not self.curated.isHidden():
+            self.show_curated()
 
     @property
     def n_ctx(self) -> int:
@@ -190,9 +185,53 @@ class DiscoverView(QWidget):
         """The recommendation rule's speed floor changed (tokens/s): plan the repo again."""
         self.usable_tps = usable_tps
         self.replan()
+        if self._curated_planned:
+            self.show_curated()
+
+    def showEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt's name)
+        super().showEvent(event)
+        if not self._curated_planned:  # planned when first seen, not at every app start
+            self.show_curated()
+
+    # Curated catalog -----------------------------------------------------------------------
+    def show_curated(self) -> None:
+        """Show the curated catalog planned for this machine at the chosen context."""
+        self._curated_planned = True
+        self._curated_token += 1
+        token, n_ctx, usable = self._curated_token, self.n_ctx, self.usable_tps
+        self.results.hide()
+        self.curated.show()
+        self._calls.run(
+            lambda: plan_curated(n_ctx, usable, self._catalog().cache),
+            lambda future: self._on_curated(token, future),
+        )
+
+    def _on_curated(self, token: int, future: Future) -> None:
+        if token != self._curated_token:
+            return
+        try:
+            answer: CuratedAnswer = future.result()
+        except Exception as exc:  # a damaged catalog or a failed probe: say so, in words
+            self.curated.show_error(str(exc))
+            return
+        self.speeds = answer.speeds
+        self._curated_answer = answer
+        self._show_curated_answer()
+
+    def _show_curated_answer(self) -> None:
+        answer = self._curated_answer
+        if answer is not None:
+            self.curated.show_plan(answer.plan, answer.catalog_date, answer.refreshed_at,
+                                   self.installed(), hub_offline())  # fmt: skip
 
     # Search --------------------------------------------------------------------------------
     def search(self) -> None:
+        if not self.search_edit.text().strip():
+            self.banner.hide()
+            self.show_curated()
+            return
+        self.curated.hide()
+        self.results.show()
         self._search_token += 1
         token, text, sort = self._search_token, self.search_edit.text(), self.sort.currentText()
         self.search_button.setEnabled(False)
@@ -250,8 +289,10 @@ class DiscoverView(QWidget):
         if repo_id and repo_id != self.repo_id:
             self.show_repo(repo_id)
 
-    def show_repo(self, repo_id: str) -> None:
+    def show_repo(self, repo_id: str, curated: bool = False) -> None:
+        """Plan a repo's quantizations: from the Hub, or from the curated catalog."""
         self.repo_id = repo_id
+        self.curated_repo = curated
         self.plan = None
         self.quants.setRowCount(0)
         self.recommended.clear()
@@ -264,10 +305,11 @@ class DiscoverView(QWidget):
             return
         self._plan_token += 1
         token, repo_id, n_ctx = self._plan_token, self.repo_id, self.n_ctx
-        usable = self.usable_tps
+        usable, speeds, curated = self.usable_tps, dict(self.speeds), self.curated_repo
         self.plan_status.setText(f"Planning {repo_id} for {n_ctx:,} tokens of context…")
         self._calls.run(
-            lambda: _plan(repo_id, n_ctx, usable), lambda f: self._on_planned(token, f)
+            lambda: plan_repo(repo_id, n_ctx, usable, speeds, curated),
+            lambda f: self._on_planned(token, f),
         )
 
     def _on_planned(self, token: int, future: Future) -> None:
@@ -300,6 +342,7 @@ class DiscoverView(QWidget):
             _item(quality_text(quant_plan.quant)),
             _item(memory_text(quant_plan), True),
             _item(fit_badge(quant_plan)),
+            _item(self._speed(quant_plan), True),
         ]
         for column, cell in enumerate(cells):
             cell.setToolTip(quant_plan.plan.reason)
@@ -314,6 +357,10 @@ class DiscoverView(QWidget):
         repo_id, file = self.repo_id, quant_plan.file
         button.clicked.connect(lambda: self.download(repo_id, file))
         self.quants.setCellWidget(row, len(cells), button)
+
+    def _speed(self, quant_plan: QuantPlan) -> str:
+        measured = self.speeds.get(PurePath(quant_plan.file).name)
+        return speed_text(measured or quant_plan.plan.tps_ceiling, bool(measured))
 
     def recommended_row(self) -> int | None:
         best = self.plan.recommended.file if self.plan and self.plan.recommended else None
@@ -348,6 +395,7 @@ class DiscoverView(QWidget):
             if event.state == DownloadState.DONE:
                 self.download_status.setText(f"Downloaded {event.name}: it is in Installed")
                 self.download_finished.emit(event.path or "")
+                self._show_curated_answer()  # mark the new file installed
             else:
                 self.download_status.setText(f"Cancelled {event.name}; its partial file is gone")
             return

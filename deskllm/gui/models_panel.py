@@ -105,7 +105,10 @@ class ModelsPanel(QWidget):
         self.status.setWordWrap(True)
         self.downloads = DownloadBridge(self.db_path, self, settings.value.models_path())
         self.discover = DiscoverView(
-            self.downloads, settings.value.n_ctx, usable_tps=settings.value.usable_tps
+            self.downloads,
+            settings.value.n_ctx,
+            usable_tps=settings.value.usable_tps,
+            installed=lambda: {Path(m.path).name for m in self.library.list()},
         )
         settings.changed.connect(self._settings_changed)
         self.tabs = QTabWidget()

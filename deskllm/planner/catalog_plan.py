@@ -13,14 +13,16 @@ the fastest pick that fits.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import PurePath
 
 from deskllm.catalog.curated import CuratedCatalog, CuratedModel
 from deskllm.catalog.quants import kl_divergence, quality_tier
 from deskllm.hardware.report import HardwareReport
 from deskllm.planner.fit import USABLE_TPS, FitPlanner, QuantPlan, Recommendation
 from deskllm.planner.memory import Corrections
+from deskllm.planner.plan_model import ModelPlan
 
 SOUND_TIERS = ("near-lossless", "good")
 
@@ -42,6 +44,14 @@ class CatalogRow:
     chosen: QuantPlan
     recommendation: Recommendation | None
     fast_enough: bool
+    measured_tps: Mapping[str, float]  # by plan file: decode speeds measured here
+
+    @property
+    def speed(self) -> tuple[float | None, bool]:
+        """The pick's decode speed in tokens/s and whether it was measured (else the
+        ceiling); (None, False) when unknown."""
+        measured = self.measured_tps.get(self.chosen.file)
+        return (measured, True) if measured else (self.chosen.plan.tps_ceiling, False)
 
     @property
     def fits(self) -> bool:
@@ -71,29 +81,70 @@ def plan_catalog(
     usable_tps: float = USABLE_TPS,
     gpu: str | None = None,
     corrections: Callable[[str], Corrections] | None = None,
+    measured_tps: Mapping[str, float] | None = None,
 ) -> CatalogPlan:
     """Every curated repo planned at `n_ctx` tokens (capped by each model's training context)
-    of `kv_type` KV cache; `usable_tps` is the speed floor (tokens/s) of the rule."""
+    of `kv_type` KV cache; `usable_tps` is the speed floor (tokens/s) of the rule;
+    `measured_tps`: decode speeds measured here, by file name (see measured_for)."""
     planner = FitPlanner(hardware, target=gpu, corrections=corrections)
-    rows = tuple(_row(planner, m, n_ctx, kv_type, usable_tps) for m in catalog.models)
+    measured = measured_tps or {}
+    rows = tuple(_row(planner, m, n_ctx, kv_type, usable_tps, measured) for m in catalog.models)
     best, quant, reason = _recommend(planner, rows, usable_tps)
     return CatalogPlan(rows, best, quant, reason, usable_tps, planner)
 
 
+def measured_for(plans: Sequence[QuantPlan], speeds: Mapping[str, float]) -> dict[str, float]:
+    """`speeds` by file name (a folder in the repo or on disk does not matter) -> the same by
+    each plan's file, as FitPlanner.recommend takes them."""
+    return {p.file: speeds[PurePath(p.file).name] for p in plans if PurePath(p.file).name in speeds}
+
+
+def curated_plans(
+    planner: FitPlanner, model: CuratedModel, n_ctx: int, kv_type: str
+) -> tuple[QuantPlan, ...]:
+    """Each quant file of a curated model planned from its shape (no download, no network)."""
+    plans = []
+    for f in model.files:
+        plan = planner.plan(model.header(f.quant), n_ctx, kv_type)
+        plans.append(QuantPlan(f.file, f.quant, f.size_bytes, plan))
+    return tuple(plans)
+
+
+def plan_curated_model(
+    model: CuratedModel,
+    hardware: HardwareReport,
+    *,
+    n_ctx: int = 4096,
+    kv_type: str = "f16",
+    usable_tps: float = USABLE_TPS,
+    measured_tps: Mapping[str, float] | None = None,
+) -> ModelPlan:
+    """One curated repo planned the way plan_model plans a repo on the Hub, offline."""
+    planner = FitPlanner(hardware)
+    ctx = min(n_ctx, model.shape.context)
+    plans = curated_plans(planner, model, ctx, kv_type)
+    measured = measured_for(plans, measured_tps or {})
+    best = planner.recommend(plans, usable_tps=usable_tps, measured_tps=measured)
+    return ModelPlan(model.repo_id, ctx, kv_type, planner, plans, best, ())
+
+
 def _row(
-    planner: FitPlanner, model: CuratedModel, n_ctx: int, kv_type: str, usable_tps: float
+    planner: FitPlanner,
+    model: CuratedModel,
+    n_ctx: int,
+    kv_type: str,
+    usable_tps: float,
+    speeds: Mapping[str, float],
 ) -> CatalogRow:
     ctx = min(n_ctx, model.shape.context)
-    plans = tuple(
-        QuantPlan(f.file, f.quant, f.size_bytes, planner.plan(model.header(f.quant), ctx, kv_type))
-        for f in model.files
-    )
-    rec = planner.recommend(plans, usable_tps=usable_tps)
+    plans = curated_plans(planner, model, ctx, kv_type)
+    measured = measured_for(plans, speeds)
+    rec = planner.recommend(plans, usable_tps=usable_tps, measured_tps=measured)
     if rec is None:
         chosen = min(plans, key=lambda p: p.size_bytes)
-        return CatalogRow(model, ctx, plans, chosen, None, False)
+        return CatalogRow(model, ctx, plans, chosen, None, False, measured)
     chosen = next(p for p in plans if p.file == rec.file)
-    return CatalogRow(model, ctx, plans, chosen, rec, rec.fast_enough)
+    return CatalogRow(model, ctx, plans, chosen, rec, rec.fast_enough, measured)
 
 
 def _recommend(
@@ -107,7 +158,7 @@ def _recommend(
         (r, p)
         for r in rows
         for p in r.plans
-        if quality_tier(p.quant) in SOUND_TIERS and planner.fast_enough(p.plan, usable_tps)
+        if quality_tier(p.quant) in SOUND_TIERS and _reaches(planner, r, p, usable_tps)
     ]
     if sound:
         on_gpu = [(r, p) for r, p in sound if p.plan.fit == "gpu"]
@@ -126,8 +177,10 @@ def _recommend(
         else:
             return None, None, None
         best = row.chosen
-    speed = best.plan.tps_ceiling
-    expected = f", ~{speed:.0f} tok/s expected" if speed else ", speed not known"
+    measured = row.measured_tps.get(best.file)
+    speed = measured or best.plan.tps_ceiling
+    how = "measured" if measured else "expected"
+    expected = f", ~{speed:.0f} tok/s {how}" if speed else ", speed not known"
     tier = quality_tier(best.quant)
     params = f"{row.model.params / 1e9:.1f}B"
     reason = (
@@ -135,6 +188,13 @@ def _recommend(
         f"{best.plan.reason}"
     )
     return row, best, reason
+
+
+def _reaches(planner: FitPlanner, row: CatalogRow, plan: QuantPlan, usable_tps: float) -> bool:
+    measured = row.measured_tps.get(plan.file)
+    if measured and plan.plan.fit != "too_big":
+        return measured >= usable_tps
+    return planner.fast_enough(plan.plan, usable_tps)
 
 
 def _size_then_quality(pair: tuple[CatalogRow, QuantPlan]) -> tuple[int, float]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import PurePath
 
 from deskllm.catalog.quants import kl_divergence
 from deskllm.engine.protocol import LoadParams
@@ -317,12 +318,19 @@ class FitPlanner:
     ) -> Recommendation | None:
         """Among the quants that fit: the best quality (lowest KL-divergence, then the smaller
         file) whose decode speed reaches `usable_tps` tokens/s, else the fastest. The speed is
-        `measured_tps[file]` where given, else the plan's ceiling. A full fit on a discrete
-        GPU whose speed is unknown counts as fast enough. None when nothing fits."""
+        `measured_tps[file]` (or by the file's name) where given, else the plan's ceiling. A
+        full fit on a discrete GPU whose speed is unknown counts as fast enough. None when
+        nothing fits."""
         fitting = [p for p in plans if p.plan.fit != "too_big"]
         if not fitting:
             return None
-        measured = measured_tps or {}
+        given = measured_tps or {}
+        # By the plan's file, or by its name alone (speeds measured on files on disk).
+        measured = {
+            p.file: given.get(p.file) or given[PurePath(p.file).name]
+            for p in fitting
+            if given.get(p.file) or given.get(PurePath(p.file).name)
+        }
         by_quality = sorted(fitting, key=_quality_key)
         floor = f"{usable_tps:.10g} tok/s"
         for p in by_quality:

@@ -177,7 +177,7 @@ def test_search_plan_replan_and_download(qtbot, hub, make_panel, quant_ladder):
     view.downloads.progress.connect(events.append)
     row = quant_row(panel, "Q2_K")
     with qtbot.waitSignal(view.download_finished, timeout=HUB_TIMEOUT_MS) as done:
-        view.quants.cellWidget(row, 5).click()
+        view.quants.cellWidget(row, 6).click()  # the Download button, after Expected speed
     path = Path(done.args[0])
     assert any(e.state == DownloadState.DOWNLOADING and e.bytes_done for e in events)
     qtbot.waitUntil(lambda: events[-1].state == DownloadState.DONE)  # after the view's slot

@@ -1,0 +1,134 @@
+"""Discover without a search, offline: the curated catalog planned for this machine (fit,
+expected speed, quality, license, installed quants, a download button per row), a curated
+repo's quantizations planned from the catalog with their expected speed, and a measured
+speed from an earlier chat taking the ceiling's place."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from deskllm import settings as settings_mod
+from deskllm.catalog.curated import load_curated
+from deskllm.gui.live_settings import LiveSettings
+from deskllm.gui.model_discover import QUANT_COLUMNS
+from deskllm.gui.models_panel import ModelsPanel
+from deskllm.store import ConversationStore, ModelLibrary, open_database
+
+TIMEOUT_MS = 120_000  # the first plan probes the hardware
+REPO = "bartowski/Qwen2.5-0.5B-Instruct-GGUF"
+INSTALLED = "Qwen2.5-0.5B-Instruct-Q8_0.gguf"
+SPEED = 5  # curated table: Model, Params, Quant, Size, Fit, Expected speed
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+
+
+@pytest.fixture
+def panel(qtbot, deskllm_home, offline, starter_model, tmp_path):
+    db = open_database()
+    library = ModelLibrary(db)
+    library.ensure_starter()
+    # A curated file "installed": the starter model's bytes under a curated file's name.
+    installed = tmp_path / INSTALLED
+    shutil.copy(starter_model, installed)
+    library.add(installed)
+    # A chat with it measured 42 tok/s.
+    store = ConversationStore(db)
+    conv = store.create()
+    store.add_message(conv.id, "user", "Hi")
+    store.add_message(conv.id, "assistant", "Hello", model=str(installed),
+                      metrics={"tg_tps": 42.0})  # fmt: skip
+    panel = ModelsPanel(library, LiveSettings(settings_mod.load()))
+    qtbot.addWidget(panel)
+    panel.show()
+    yield panel
+    panel.shutdown()
+
+
+def curated_rows(view) -> dict[str, int]:
+    table = view.curated.table
+    return {view.curated.repo_at(r): r for r in range(table.rowCount())}
+
+
+def test_discover_opens_on_the_curated_catalog_offline(qtbot, panel):
+    view = panel.discover
+    assert view.curated.plan is None  # planned when Discover is first seen
+    panel.tabs.setCurrentWidget(view)
+    qtbot.waitUntil(lambda: view.curated.plan is not None, timeout=TIMEOUT_MS)
+    assert view.curated.isVisible() and not view.results.isVisible()
+    catalog = load_curated()
+    rows = curated_rows(view)
+    assert list(rows) == [m.repo_id for m in catalog.models]
+    status = view.curated.status.text()
+    assert "offline" in status and "last refreshed from the Hub: never" in status
+    table = view.curated.table
+    for r in rows.values():
+        fit = table.item(r, 4).text()
+        assert fit in ("Full GPU", "CPU", "Too large") or fit.startswith("Partial")
+        speed = table.item(r, SPEED).text()
+        assert speed == "unknown" or speed.endswith("tok/s (ceiling)") or "measured" in speed
+        assert table.item(r, 6).text() in ("near-lossless", "good", "fair", "low")
+        assert table.item(r, 7).text() == catalog.model(view.curated.repo_at(r)).license
+        assert table.cellWidget(r, 8).text() in ("Download recommended", "Installed")
+    # The installed file is marked, its row's button says so, and its measured speed shows.
+    row = rows[REPO]
+    assert "(installed: Q8_0)" in table.item(row, 0).text()
+    assert table.item(row, 2).text() == "Q8_0 ✓"
+    assert table.cellWidget(row, 8).text() == "Installed"
+    assert not table.cellWidget(row, 8).isEnabled()
+    assert table.item(row, SPEED).text() == "~42 tok/s (measured)"
+    # The model to take is in bold, with the reason below.
+    best = rows[view.curated.plan.recommended.model.repo_id]
+    assert table.item(best, 0).font().bold()
+    assert view.curated.recommended.text().startswith("Recommended: ")
+
+
+def test_a_curated_repo_is_planned_offline_with_expected_speeds(qtbot, panel):
+    view = panel.discover
+    panel.tabs.setCurrentWidget(view)
+    qtbot.waitUntil(lambda: view.curated.plan is not None, timeout=TIMEOUT_MS)
+    view.curated.table.setCurrentCell(curated_rows(view)[REPO], 0)
+    qtbot.waitUntil(lambda: view.plan is not None, timeout=TIMEOUT_MS)
+    assert view.plan.model == REPO and view.curated_repo
+    files = load_curated().model(REPO).files
+    assert view.quants.rowCount() == len(files)
+    speed = QUANT_COLUMNS.index("Expected speed")
+    speeds = [view.quants.item(r, speed).text() for r in range(view.quants.rowCount())]
+    q8 = [view.quants.item(r, 0).text() for r in range(view.quants.rowCount())].index("Q8_0")
+    assert speeds[q8] == "~42 tok/s (measured)"
+    assert all(s == "unknown" or s.endswith("(ceiling)") for i, s in enumerate(speeds) if i != q8)
+    assert view.recommended.text().startswith("Recommended: ")
+
+
+def test_a_download_offline_says_why_it_cannot_start(qtbot, panel):
+    view = panel.discover
+    panel.tabs.setCurrentWidget(view)
+    qtbot.waitUntil(lambda: view.curated.plan is not None, timeout=TIMEOUT_MS)
+    table = view.curated.table
+    row = curated_rows(view)["bartowski/SmolLM2-1.7B-Instruct-GGUF"]
+    button = table.cellWidget(row, 8)
+    assert button.text() == "Download recommended" and button.isEnabled()
+    with qtbot.waitSignal(view.downloads.failed, timeout=TIMEOUT_MS) as failed:
+        button.click()
+    assert "SmolLM2-1.7B-Instruct-GGUF" in failed.args[0]
+    assert view.download_status.text() == failed.args[0]
+
+
+def test_an_empty_search_goes_back_to_the_curated_list(qtbot, panel):
+    view = panel.discover
+    panel.tabs.setCurrentWidget(view)
+    qtbot.waitUntil(lambda: view.curated.plan is not None, timeout=TIMEOUT_MS)
+    view.search_edit.setText("SmolLM2")
+    view.search()
+    qtbot.waitUntil(view.search_button.isEnabled, timeout=TIMEOUT_MS)
+    assert view.results.isVisible() and not view.curated.isVisible()
+    view.search_edit.setText("  ")
+    view.search()
+    assert view.curated.isVisible() and not view.results.isVisible()
