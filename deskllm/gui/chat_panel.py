@@ -20,6 +20,7 @@ from deskllm.gui.conversation_settings import ConversationSettingsDialog
 from deskllm.gui.elided_label import ElidedLabel
 from deskllm.gui.engine_bridge import EngineBridge
 from deskllm.gui.message_view import MessageWidget
+from deskllm.gui.model_menu import ModelMenuButton, PlanSettings
 from deskllm.gui.qt import (
     QDesktopServices,
     QFont,
@@ -68,11 +69,15 @@ class ChatPanel(QWidget):
         library: ModelLibrary,
         ensure_model: Callable[[Conversation], None],
         parent: QWidget | None = None,
+        plan_settings: PlanSettings = lambda: (0, "f16"),
     ) -> None:
+        """`plan_settings`: the (n_ctx, kv_type) a load would use, for the model menu's fit
+        badges."""
         super().__init__(parent)
         self.store = store
         self.bridge = bridge
         self.library = library
+        self.plan_settings = plan_settings
         self.ensure_model = ensure_model  # queues a model load before a reply that needs it
         self.open_url = QDesktopServices.openUrl  # a link from a message, once the user agreed
         self.conversation_id: str | None = None
@@ -98,9 +103,12 @@ class ChatPanel(QWidget):
         self.settings_button = QPushButton("Chat settings…")
         self.settings_button.setToolTip("Model, system prompt and sampling for this chat")
         self.settings_button.clicked.connect(self.open_settings)
+        # The model switcher: what chats are answered with, on this machine's fit.
+        self.model_button = ModelMenuButton(self.library, self.plan_settings, self)
         header = QHBoxLayout()
         header.addWidget(self.title, 2)
         header.addWidget(self.details, 1)
+        header.addWidget(self.model_button)
         header.addWidget(self.settings_button)
 
         self.empty_label = QLabel(

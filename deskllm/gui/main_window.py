@@ -84,7 +84,8 @@ class MainWindow(QMainWindow):
     # Layout ----------------------------------------------------------------------------------
     def _build(self) -> None:
         self.sidebar = ConversationSidebar(self.store)
-        self.chat = ChatPanel(self.store, self.bridge, self.library, self.ensure_model)
+        self.chat = ChatPanel(self.store, self.bridge, self.library, self.ensure_model,
+                              plan_settings=self._plan_settings)  # fmt: skip
         self.chat.input.set_send_key(self.settings.send_key)
         self.models = ModelsPanel(self.library, self.live_settings)
         self.hardware = HardwarePanel()
@@ -143,6 +144,7 @@ class MainWindow(QMainWindow):
         self._action(chat, "&Quit", self.close, QKeySequence.StandardKey.Quit)
         engine = self.menuBar().addMenu("&Engine")
         self._action(engine, "&Restart engine", self.restart_engine, QKeySequence("Ctrl+Shift+R"))
+        self._action(engine, "Switch &model…", self.switch_model, QKeySequence("Ctrl+M"))
         view = self.menuBar().addMenu("&View")
         for index, name in enumerate(("&Chat", "&Models", "&Hardware")):
             # triggered(bool) passes `checked` first: it must not land in `i`.
@@ -176,7 +178,8 @@ class MainWindow(QMainWindow):
         self.chat.stream_started.connect(self._stream_started)
         self.chat.turn_finished.connect(self._turn_finished)
         self.chat.conversation_changed.connect(lambda cid: self.sidebar.refresh(select=cid))
-        self.models.load_requested.connect(self._load_from_models_panel)
+        self.models.load_requested.connect(self.use_model)
+        self.chat.model_button.model_chosen.connect(self.use_model)
         self.models.unload_requested.connect(self.bridge.unload)
         self.hint.link_activated.connect(lambda _href: self.tabs.setCurrentWidget(self.models))
         self.live_settings.changed.connect(self._settings_changed)
@@ -217,6 +220,7 @@ class MainWindow(QMainWindow):
         if self.chat.conversation_id:
             self.gui_state.setValue("chat/last_conversation", self.chat.conversation_id)
         self.gui_state.sync()
+        self.chat.model_button.shutdown()
         self.models.shutdown()
         super().closeEvent(event)
 
@@ -241,6 +245,7 @@ class MainWindow(QMainWindow):
         self.load_bar.setValue(0)
         self.load_bar.show()
         self.models.set_loading(path)
+        self._update_model_button()
         self.bridge.load(self.load_params)
 
     def ensure_model(self, conversation: Conversation) -> None:
@@ -258,8 +263,22 @@ class MainWindow(QMainWindow):
             return
         self.load_model(wanted)
 
-    def _load_from_models_panel(self, path: str) -> None:
-        # "Load" means: use it in the open chat (and in new chats).
+    def _plan_settings(self) -> tuple[int, str]:
+        return self.settings.n_ctx, self.settings.kv_type
+
+    def switch_model(self) -> None:
+        """Open the chat header's model menu (from the keyboard)."""
+        self.tabs.setCurrentWidget(self.chat)
+        if self.chat.model_button.isEnabled():
+            self.chat.model_button.open_menu()
+
+    def _update_model_button(self) -> None:
+        # No switching while a model loads or a reply is written: the engine is taken.
+        self.chat.model_button.setEnabled(not self.models.busy)
+
+    def use_model(self, path: str) -> None:
+        """Load `path` for the open chat (and new chats): the Models panel's Load and the chat
+        header's model menu."""
         if self.chat.conversation_id:
             self.store.update(self.chat.conversation_id, model=path)
             self.chat.update_header()
@@ -276,6 +295,8 @@ class MainWindow(QMainWindow):
         self.model_label.setText(f"{name} · context {loaded.n_ctx} · {', '.join(loaded.devices)}")
         self.model_label.setToolTip("\n".join((loaded.model_path, *loaded.warnings)))
         self.models.set_loaded(loaded.model_path)
+        self.chat.model_button.set_current(loaded.model_path)
+        self._update_model_button()
         self.chat.set_model_ready(True)
 
     def _model_failed(self, message: str) -> None:
@@ -284,12 +305,16 @@ class MainWindow(QMainWindow):
         self.model_label.setText(f"No model loaded: {message}")
         self.model_label.setToolTip(message)
         self.models.set_loaded(None, f"Could not load the model: {message}")
+        self.chat.model_button.set_current(None)
+        self._update_model_button()
         self.chat.set_model_ready(False)
 
     def _model_unloaded(self) -> None:
         self.loaded_path = None
         self.model_label.setText("No model loaded; load one in the Models panel")
         self.models.set_loaded(None, "Unloaded; the memory is free again")
+        self.chat.model_button.set_current(None)
+        self._update_model_button()
         self.chat.set_model_ready(False)
 
     # Conversations ---------------------------------------------------------------------------
@@ -308,6 +333,7 @@ class MainWindow(QMainWindow):
     def restart_engine(self) -> None:
         """End the engine process (a stuck one too) and load the model in a fresh one."""
         self.chat.set_model_ready(False)
+        self.chat.model_button.setEnabled(False)
         self.model_label.setText(f"Restarting the engine with {Path(self.model_path).name}…")
         self.load_bar.setValue(0)
         self.load_bar.show()
@@ -329,12 +355,14 @@ class MainWindow(QMainWindow):
         self.sidebar.set_busy(conversation_id)
         self.sidebar.refresh(select=conversation_id)  # a new title, now the most recent
         self.models.set_streaming(True)
+        self._update_model_button()
         self.readouts.clear()
 
     def _turn_finished(self, conversation_id: str, reply: Reply) -> None:
         self.sidebar.set_busy(None)
         self.sidebar.refresh(select=self.chat.conversation_id)
         self.models.set_streaming(False)
+        self._update_model_button()
         error = reply.error
         if reply.done is not None:
             self.readouts.show_metrics(reply.done.metrics, final=True)

@@ -8,6 +8,7 @@ from PySide6.QtCore import (
     QElapsedTimer,
     QEvent,
     QObject,
+    QPoint,
     QPointF,
     QSettings,
     QSize,
@@ -21,6 +22,7 @@ from PySide6.QtCore import (
 )
 from PySide6.QtGui import (
     QAction,
+    QActionGroup,
     QColor,
     QDesktopServices,
     QFont,
@@ -77,6 +79,7 @@ from PySide6.QtWidgets import (
 __all__ = [
     "QAbstractItemView",
     "QAction",
+    "QActionGroup",
     "QApplication",
     "QCheckBox",
     "QColor",
@@ -110,6 +113,7 @@ __all__ = [
     "QPalette",
     "QPen",
     "QPlainTextEdit",
+    "QPoint",
     "QPointF",
     "QPolygonF",
     "QProgressBar",
