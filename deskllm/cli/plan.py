@@ -82,6 +82,16 @@ def _corrections(report: HardwareReport, this_machine: bool):
     return lambda architecture: corrections_for(db, machine, architecture)
 
 
+def _measured(this_machine: bool) -> dict[str, float] | None:
+    """Decode speeds measured in chats here (by file name); never for another machine."""
+    if not this_machine:
+        return None
+    from deskllm.store import open_database
+    from deskllm.store.decode_speeds import measured_decode_speeds
+
+    return measured_decode_speeds(open_database())
+
+
 def run_plan(args: argparse.Namespace) -> int:
     from deskllm.planner.plan_model import plan_model
     from deskllm.planner.sources import SourceError
@@ -97,6 +107,7 @@ def run_plan(args: argparse.Namespace) -> int:
             gpu=args.gpu,
             corrections=_corrections(report, args.hardware is None),
             usable_tps=args.usable_tps or user.usable_tps,
+            measured_tps=_measured(args.hardware is None),
         )
     except (SourceError, ValueError) as exc:
         print(f"deskllm: {exc}", file=sys.stderr)

@@ -54,6 +54,7 @@ def run_recommend(args: argparse.Namespace) -> int:
     from deskllm.catalog.hub import HubCatalog, hub_offline
     from deskllm.cli.plan import _corrections, _hardware
     from deskllm.planner.catalog_plan import plan_catalog
+    from deskllm.store.decode_speeds import measured_decode_speeds
 
     report, where = _hardware(args)
     user = settings_mod.load()
@@ -70,13 +71,16 @@ def run_recommend(args: argparse.Namespace) -> int:
         offline = not result.refreshed and bool(result.errors)
         for repo_id, message in result.errors:
             print(f"deskllm: {repo_id}: {message}", file=sys.stderr)
+    this_machine = args.hardware is None
     planned = plan_catalog(
         catalog,
         report,
         n_ctx=args.ctx or user.n_ctx,
         kv_type=args.kv or user.kv_type,
         usable_tps=float(args.usable_tps or user.usable_tps),
-        corrections=_corrections(report, args.hardware is None),
+        corrections=_corrections(report, this_machine),
+        # Speeds measured in chats here, never for a profile of another machine.
+        measured_tps=measured_decode_speeds(cache.db) if this_machine else None,
     )
     result = recommend_json(catalog, planned, offline, where)
     if args.json:
@@ -103,6 +107,7 @@ def recommend_json(catalog, planned, offline: bool, where: str) -> dict[str, Any
                 "fit": p.plan.fit,
                 "n_gpu_layers": p.plan.n_gpu_layers,
                 "tps_ceiling": round(p.plan.tps_ceiling, 1) if p.plan.tps_ceiling else None,
+                "tps_measured": row.measured_tps.get(p.file),
                 "quality_tier": row.quality_tier,
                 "license": row.model.license,
                 "size_estimated": f.size_estimated,

@@ -150,3 +150,18 @@ def test_the_recommendation_follows_the_usable_speed(quant_ladder, tmp_path):
     fastest = max(out["quants"], key=lambda q: q["tps_ceiling"])
     assert out["recommended"]["quant"] == fastest["quant"] != "Q8_0"
     assert "none reaches 1000000 tok/s; fastest that fits" in out["recommended"]["reason"]
+
+
+def test_a_speed_measured_here_replaces_the_ceiling(starter_model):
+    from deskllm.store import ConversationStore
+
+    store = ConversationStore(open_database())
+    conv = store.create()
+    store.add_message(conv.id, "assistant", "x", model=str(starter_model),
+                      metrics={"tg_tps": 3.0})  # fmt: skip
+    out = plan_json(str(starter_model), "--ctx", "2048")
+    assert "none reaches 5 tok/s; fastest that fits (~3.0 tok/s measured)" in (
+        out["recommended"]["reason"])  # fmt: skip
+    # A profile of another machine ignores what was measured here.
+    out = plan_json(str(starter_model), "--hardware", str(DESKTOP))
+    assert "measured" not in out["recommended"]["reason"]
