@@ -37,9 +37,10 @@ CLI_VERBOSE = "import sys; from deskllm.cli import main; sys.exit(main(['-v', *s
 
 
 @pytest.fixture(scope="module")
-def lcs(tmp_path_factory, starter_model: Path):
-    with llama_cpp_server(starter_model, ALIAS, LCS_KEY, tmp_path_factory.mktemp("lcs")) as s:
-        yield s
+def lcs(tmp_path_factory, starter_model: Path, extra_bufts: bool):
+    log_dir = tmp_path_factory.mktemp("lcs")
+    with llama_cpp_server(starter_model, ALIAS, LCS_KEY, log_dir, extra_bufts) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
@@ -178,8 +179,8 @@ def test_a_hanging_remote_hits_the_read_timeout(cli):
     assert "endpoint hang sent nothing for 1.5 s (read timeout)" in r.stderr
 
 
-def test_a_remote_killed_mid_reply_keeps_the_partial_text(tmp_path, starter_model, deskllm_home):
-    with llama_cpp_server(starter_model, ALIAS, LCS_KEY, tmp_path) as doomed:
+def test_a_remote_killed_mid_reply_keeps_the_partial_text(tmp_path, starter_model, extra_bufts):
+    with llama_cpp_server(starter_model, ALIAS, LCS_KEY, tmp_path, extra_bufts) as doomed:
         store = ConversationStore(open_database())
         remote = RemoteModel(ALIAS, RemoteClient(Endpoint("doomed", doomed.v1), LCS_KEY),
                              f"doomed/{ALIAS}")  # fmt: skip
@@ -201,8 +202,9 @@ def test_a_remote_killed_mid_reply_keeps_the_partial_text(tmp_path, starter_mode
     assert stored.metrics["engine"] == "doomed" and "dropped" in stored.metrics["error"]
 
 
-def test_a_pool_keeps_answering_when_one_member_is_killed(tmp_path, starter_model, lcs):
-    with llama_cpp_server(starter_model, ALIAS, LCS_KEY, tmp_path) as doomed:
+def test_a_pool_keeps_answering_when_one_member_is_killed(tmp_path, starter_model, extra_bufts,
+                                                          lcs):
+    with llama_cpp_server(starter_model, ALIAS, LCS_KEY, tmp_path, extra_bufts) as doomed:
         pool = RemotePool(ALIAS, [RemoteClient(Endpoint("doomed", doomed.v1), LCS_KEY),
                                   RemoteClient(Endpoint("steady", lcs.v1), LCS_KEY)],
                           recheck_s=3600)  # fmt: skip

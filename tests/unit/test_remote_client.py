@@ -26,15 +26,15 @@ KEY = "sk-unit-94f1"
 
 
 @contextmanager
-def tcp_server(handle: Callable[[socket.socket], None]) -> Iterator[str]:
-    """A threaded TCP server on a free port running `handle(conn)` per connection; yields
-    its base URL."""
+def tcp_server(handle: Callable[[socket.socket], None], port: int = 0) -> Iterator[str]:
+    """A threaded TCP server on `port` (0: a free one) running `handle(conn)` per
+    connection; yields its base URL."""
 
     class Handler(socketserver.BaseRequestHandler):
         def handle(self) -> None:
             handle(self.request)
 
-    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", port), Handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -262,3 +262,28 @@ def test_a_pool_sends_to_the_least_busy_and_skips_a_dead_member():
         for _ in range(4):
             assert pool.chat(HI).wait().ok
     assert "dead" not in answered and len(answered) == 5
+
+
+def test_a_member_that_comes_back_passes_its_health_check_and_is_used_again():
+    def handle(conn):
+        line, _ = read_request(conn)
+        if "models" in line:
+            body = json.dumps({"object": "list", "data": [{"id": "m"}]}).encode()
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                         + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)  # fmt: skip
+            return
+        sse_head(conn)
+        send_chunk(conn, delta("back", finish="stop") + "data: [DONE]\n\n")
+        send_chunk(conn, "")
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with tcp_server(handle) as other:
+        pool = RemotePool("m", [client(f"http://127.0.0.1:{port}/v1", name="late"),
+                                client(other, name="other")], recheck_s=0)  # fmt: skip
+        assert pool.chat(HI).wait().metrics.engine == "other"
+        assert not pool.members[0].healthy
+        with tcp_server(handle, port):  # the same address, answering now
+            assert pool.chat(HI).wait().metrics.engine == "late"  # checked, healthy, first
+        assert pool.members[0].healthy
