@@ -27,6 +27,7 @@ from deskllm.remote.pool import RemotePool
 from deskllm.remote.remote_model import RemoteModel
 from deskllm.store import ConversationStore, open_database
 from deskllm.store.chat_session import ChatSession
+from deskllm.store.export import conversation_dict, conversation_markdown
 
 LCS_KEY = "sk-lcs-3e8a51f0c2"  # llama_cpp.server's key
 ALIAS = "smol"
@@ -135,6 +136,9 @@ def test_chat_with_a_remote_streams_reports_and_stores(which, cli, lcs, desk, de
     assert m["generated_tokens"] == 12 and m["ttft_s"] > 0 and m["tg_tps"] > 0
     if which == "desk":  # deskllm serve reports usage in the stream; llama_cpp.server does not
         assert m["prompt_tokens"] > 10
+    exported = json.dumps(conversation_dict(store, conversation.id))
+    assert f'"engine": "{which}"' in exported and key not in exported
+    assert key not in conversation_markdown(store, conversation.id)
 
 
 def test_a_wrong_key_is_refused_with_the_endpoint_named(cli, desk, deskllm_home: Path):
