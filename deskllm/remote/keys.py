@@ -8,13 +8,12 @@ import json
 import logging
 import os
 from pathlib import Path
-
-import keyring
-import keyring.backend
-import keyring.errors
-from keyring.backends import chainer, fail
+from typing import TYPE_CHECKING
 
 from deskllm import paths
+
+if TYPE_CHECKING:
+    import keyring.backend
 
 log = logging.getLogger("deskllm.remote")
 
@@ -29,6 +28,8 @@ def _username(endpoint: str) -> str:
 def keyring_usable(backend: keyring.backend.KeyringBackend) -> bool:
     """False for keyring's stand-in when no backend works (a Linux box without a Secret
     Service daemon, a headless server): its every call raises."""
+    from keyring.backends import chainer, fail
+
     if isinstance(backend, fail.Keyring):
         return False
     return not (isinstance(backend, chainer.ChainerBackend) and not backend.backends)
@@ -43,7 +44,13 @@ class KeyStore:
         backend: keyring.backend.KeyringBackend | None = None,
         fallback: Path | None = None,
     ) -> None:
-        self.backend = backend if backend is not None else keyring.get_keyring()
+        if backend is None:
+            # Imported when keys are used: importing keyring and choosing its backend take
+            # about half a second, which every deskllm command would pay otherwise.
+            import keyring
+
+            backend = keyring.get_keyring()
+        self.backend = backend
         self.fallback = fallback if fallback is not None else paths.home() / FILE_NAME
 
     @property
@@ -58,12 +65,14 @@ class KeyStore:
 
     def set(self, endpoint: str, key: str) -> str:
         """Keep `key` for `endpoint`; returns where it went (see where())."""
+        from keyring.errors import KeyringError
+
         if self.uses_keyring:
             try:
                 self.backend.set_password(SERVICE, _username(endpoint), key)
                 self._drop_from_file(endpoint)  # one place only: no stale copy lingers
                 return self.where()
-            except keyring.errors.KeyringError as exc:
+            except KeyringError as exc:
                 # A locked or broken keyring: the file still keeps the key private.
                 log.warning("the keyring refused the key of %s (%s); using %s", endpoint,
                             type(exc).__name__, self.fallback)  # fmt: skip
@@ -73,10 +82,12 @@ class KeyStore:
         return f"the private file {self.fallback}"
 
     def get(self, endpoint: str) -> str | None:
+        from keyring.errors import KeyringError
+
         if self.uses_keyring:
             try:
                 key = self.backend.get_password(SERVICE, _username(endpoint))
-            except keyring.errors.KeyringError as exc:
+            except KeyringError as exc:
                 log.warning("could not read the keyring (%s)", type(exc).__name__)
                 key = None
             if key is not None:
@@ -84,12 +95,14 @@ class KeyStore:
         return self._read_file().get(endpoint)
 
     def delete(self, endpoint: str) -> None:
+        from keyring.errors import KeyringError, PasswordDeleteError
+
         if self.uses_keyring:
             try:
                 self.backend.delete_password(SERVICE, _username(endpoint))
-            except keyring.errors.PasswordDeleteError:
+            except PasswordDeleteError:
                 pass  # it had none
-            except keyring.errors.KeyringError as exc:
+            except KeyringError as exc:
                 log.warning("could not delete from the keyring (%s)", type(exc).__name__)
         self._drop_from_file(endpoint)
 
