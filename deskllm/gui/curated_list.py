@@ -6,6 +6,7 @@ and a "Download recommended" button; the model to take in bold, with the reason 
 Signals:
     download_requested(str, str): repo id and file of a "Download recommended" click.
     repo_selected(str): a row was chosen (show its quantizations).
+    refresh_requested(): read the catalog's real file sizes from the Hub.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from deskllm.gui.plan_text import fit_badge, speed_text
 from deskllm.gui.qt import (
     QAbstractItemView,
     QFont,
+    QHBoxLayout,
     QHeaderView,
     QLabel,
     QPalette,
@@ -46,6 +48,7 @@ def _cell(text: str, right: bool = False) -> QTableWidgetItem:
 class CuratedList(QWidget):
     download_requested = Signal(str, str)
     repo_selected = Signal(str)
+    refresh_requested = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -62,9 +65,15 @@ class CuratedList(QWidget):
         header.setStretchLastSection(True)
         self.recommended = QLabel()
         self.recommended.setWordWrap(True)
+        self.refresh_button = QPushButton("Refresh from the Hub")
+        self.refresh_button.setToolTip("Read the real file sizes of these models from the Hub")
+        self.refresh_button.clicked.connect(self._refresh_clicked)
+        bar = QHBoxLayout()
+        bar.addWidget(self.status, 1)
+        bar.addWidget(self.refresh_button)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.status)
+        layout.addLayout(bar)
         layout.addWidget(self.table, 1)
         layout.addWidget(self.recommended)
         self.table.currentCellChanged.connect(lambda row, *_: self._selected(row))
@@ -79,6 +88,7 @@ class CuratedList(QWidget):
     ) -> None:
         """Fill the table. `installed`: file names (no folder) of models in the library."""
         self.plan = plan
+        self.refresh_button.setEnabled(not offline)
         where = "offline, " if offline else ""
         self.status.setText(
             f"Popular models planned for this machine ({where}catalog of {catalog_date}, "
@@ -93,7 +103,13 @@ class CuratedList(QWidget):
             self.recommended.setText("Nothing in the catalog fits this machine.")
 
     def show_error(self, message: str) -> None:
+        self.refresh_button.setEnabled(True)
         self.status.setText(f"Cannot plan the popular models: {message}")
+
+    def _refresh_clicked(self) -> None:
+        self.refresh_button.setEnabled(False)
+        self.status.setText("Reading the models' files from the Hub…")
+        self.refresh_requested.emit()
 
     def _add(self, row: CatalogRow, best: bool, installed: set[str]) -> None:
         r = self.table.rowCount()

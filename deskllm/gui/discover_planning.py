@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from deskllm.catalog.cache import CatalogCache
-from deskllm.catalog.hub import CatalogError
+from deskllm.catalog.hub import CatalogError, HubCatalog
 from deskllm.hardware.report import HardwareReport
 from deskllm.planner.catalog_plan import CatalogPlan
 from deskllm.planner.plan_model import ModelPlan
@@ -53,13 +53,18 @@ class CuratedAnswer:
     speeds: dict[str, float]
 
 
-def plan_curated(n_ctx: int, usable_tps: float, cache: CatalogCache) -> CuratedAnswer:
-    """Every curated repo at `n_ctx` tokens, refreshed entries of `cache` included."""
-    from deskllm.catalog.curated import load_curated
+def plan_curated(
+    n_ctx: int, usable_tps: float, cache: CatalogCache, refresh: HubCatalog | None = None
+) -> CuratedAnswer:
+    """Every curated repo at `n_ctx` tokens, refreshed entries of `cache` included; with
+    `refresh`, first read every repo's real files from the Hub through it."""
+    from deskllm.catalog.curated import load_curated, refresh_curated
     from deskllm.planner.catalog_plan import plan_catalog
     from deskllm.store.decode_speeds import measured_decode_speeds
 
     catalog = load_curated(cache=cache)
+    if refresh is not None:
+        catalog = refresh_curated(catalog, refresh).catalog
     speeds = measured_decode_speeds(cache.db)
     plan = plan_catalog(
         catalog, this_hardware(), n_ctx=n_ctx, usable_tps=usable_tps, measured_tps=speeds

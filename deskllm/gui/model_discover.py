@@ -141,6 +141,7 @@ class DiscoverView(QWidget):
         self.results.currentCellChanged.connect(lambda row, *_: self._select_result(row))
         self.curated.repo_selected.connect(lambda repo_id: self.show_repo(repo_id, curated=True))
         self.curated.download_requested.connect(self.download)
+        self.curated.refresh_requested.connect(self.refresh_curated)
         self.context.currentIndexChanged.connect(lambda _i: self._context_changed())
         downloads.progress.connect(self._on_progress)
         downloads.restored.connect(self._on_restored)
@@ -203,6 +204,16 @@ class DiscoverView(QWidget):
         self.curated.show()
         self._calls.run(
             lambda: plan_curated(n_ctx, usable, self._catalog().cache),
+            lambda future: self._on_curated(token, future),
+        )
+
+    def refresh_curated(self) -> None:
+        """Read the curated repos' real files from the Hub (kept in the catalog cache), then
+        plan the catalog again."""
+        self._curated_token += 1
+        token, n_ctx, usable = self._curated_token, self.n_ctx, self.usable_tps
+        self._calls.run(
+            lambda: plan_curated(n_ctx, usable, self._catalog().cache, refresh=self._catalog()),
             lambda future: self._on_curated(token, future),
         )
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
+from curated_helpers import REPO, serve_curated_repo
 
 from deskllm import settings as settings_mod
 from deskllm.catalog.curated import load_curated
@@ -17,7 +18,6 @@ from deskllm.gui.models_panel import ModelsPanel
 from deskllm.store import ConversationStore, ModelLibrary, open_database
 
 TIMEOUT_MS = 120_000  # the first plan probes the hardware
-REPO = "bartowski/Qwen2.5-0.5B-Instruct-GGUF"
 INSTALLED = "Qwen2.5-0.5B-Instruct-Q8_0.gguf"
 SPEED = 5  # curated table: Model, Params, Quant, Size, Fit, Expected speed
 
@@ -31,7 +31,7 @@ def offline(monkeypatch):
 
 
 @pytest.fixture
-def panel(qtbot, deskllm_home, offline, starter_model, tmp_path):
+def panel(qtbot, deskllm_home, starter_model, tmp_path):
     db = open_database()
     library = ModelLibrary(db)
     library.ensure_starter()
@@ -57,7 +57,7 @@ def curated_rows(view) -> dict[str, int]:
     return {view.curated.repo_at(r): r for r in range(table.rowCount())}
 
 
-def test_discover_opens_on_the_curated_catalog_offline(qtbot, panel):
+def test_discover_opens_on_the_curated_catalog_offline(qtbot, offline, panel):
     view = panel.discover
     assert view.curated.plan is None  # planned when Discover is first seen
     panel.tabs.setCurrentWidget(view)
@@ -90,7 +90,7 @@ def test_discover_opens_on_the_curated_catalog_offline(qtbot, panel):
     assert view.curated.recommended.text().startswith("Recommended: ")
 
 
-def test_a_curated_repo_is_planned_offline_with_expected_speeds(qtbot, panel):
+def test_a_curated_repo_is_planned_offline_with_expected_speeds(qtbot, offline, panel):
     view = panel.discover
     panel.tabs.setCurrentWidget(view)
     qtbot.waitUntil(lambda: view.curated.plan is not None, timeout=TIMEOUT_MS)
@@ -107,7 +107,7 @@ def test_a_curated_repo_is_planned_offline_with_expected_speeds(qtbot, panel):
     assert view.recommended.text().startswith("Recommended: ")
 
 
-def test_a_download_offline_says_why_it_cannot_start(qtbot, panel):
+def test_a_download_offline_says_why_it_cannot_start(qtbot, offline, panel):
     view = panel.discover
     panel.tabs.setCurrentWidget(view)
     qtbot.waitUntil(lambda: view.curated.plan is not None, timeout=TIMEOUT_MS)
@@ -121,7 +121,7 @@ def test_a_download_offline_says_why_it_cannot_start(qtbot, panel):
     assert view.download_status.text() == failed.args[0]
 
 
-def test_an_empty_search_goes_back_to_the_curated_list(qtbot, panel):
+def test_an_empty_search_goes_back_to_the_curated_list(qtbot, offline, panel):
     view = panel.discover
     panel.tabs.setCurrentWidget(view)
     qtbot.waitUntil(lambda: view.curated.plan is not None, timeout=TIMEOUT_MS)
@@ -132,3 +132,21 @@ def test_an_empty_search_goes_back_to_the_curated_list(qtbot, panel):
     view.search_edit.setText("  ")
     view.search()
     assert view.curated.isVisible() and not view.results.isVisible()
+
+
+def test_refresh_from_the_hub_replaces_estimated_sizes(qtbot, hub, quant_ladder, panel):
+    serve_curated_repo(hub, quant_ladder)
+    view = panel.discover
+    panel.tabs.setCurrentWidget(view)
+    qtbot.waitUntil(lambda: view.curated.plan is not None, timeout=TIMEOUT_MS)
+    assert "last refreshed from the Hub: never" in view.curated.status.text()
+    first = view.curated.plan
+    view.curated.refresh_button.click()
+    qtbot.waitUntil(lambda: view.curated.plan is not first, timeout=TIMEOUT_MS)
+    assert "last refreshed from the Hub: just now" in view.curated.status.text()
+    row = next(r for r in view.curated.plan.rows if r.model.repo_id == REPO)
+    assert not any(f.size_estimated for f in row.model.files)
+    table = view.curated.table
+    size = table.item(curated_rows(view)[REPO], 3).text()
+    assert not size.startswith("~")  # read from the Hub, not estimated
+    assert view.curated.refresh_button.isEnabled()

@@ -6,26 +6,15 @@ from __future__ import annotations
 
 import hashlib
 
+from curated_helpers import REPO, STEM, serve_curated_repo
+
 from deskllm.catalog.cache import CatalogCache
 from deskllm.catalog.curated import load_curated, refresh_curated
 from deskllm.catalog.hub import HubCatalog
 
-REPO = "bartowski/Qwen2.5-0.5B-Instruct-GGUF"
-STEM = "Qwen2.5-0.5B-Instruct"
-
 
 def sha256(path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def serve_curated_repo(hub, quant_ladder) -> None:
-    """One curated repo on the fake Hub, two of its quants (the starter model's ladder under
-    the curated names), a README."""
-    hub.add_repo(REPO, {
-        f"{STEM}-Q4_K_M.gguf": quant_ladder["Q4_K_M"],
-        f"{STEM}-Q8_0.gguf": quant_ladder["Q8_0"],
-        "README.md": b"# Qwen2.5 0.5B Instruct GGUF\n",
-    })  # fmt: skip
 
 
 def test_a_refresh_replaces_estimates_with_the_hubs_sizes(hub, quant_ladder, monkeypatch):

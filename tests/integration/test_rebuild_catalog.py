@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from test_curated_refresh import REPO, STEM, serve_curated_repo
+from curated_helpers import REPO, STEM, serve_curated_repo
 
 from deskllm.catalog.curated import curated_path, parse_curated
 

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_curated_refresh import REPO, serve_curated_repo
+from curated_helpers import REPO, serve_curated_repo
 
 from deskllm.catalog.curated import load_curated
 from deskllm.catalog.quants import quality_tier
