@@ -26,6 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="requests that may wait while one is answered; more get 429")  # fmt: skip
     p.add_argument("--ctx", type=int, default=0, help="context length in tokens (0: settings)")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (0: settings)")
+    p.add_argument("--parallel", type=int, default=1,
+                   help="requests answered at once (slots of --ctx tokens each)")  # fmt: skip
     p.set_defaults(func=cmd_serve)
 
 
@@ -35,7 +37,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     config = ServerConfig(host=args.host, port=args.port, api_key=args.api_key or None,
                           max_queue=args.max_queue)  # fmt: skip
-    refusal = config.refusal()
+    refusal = config.refusal() or ("--parallel must be 1 or more" if args.parallel < 1 else None)
     if refusal:
         print(f"deskllm: {refusal}", file=sys.stderr)
         return 2
@@ -45,7 +47,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     model_id = installed.name if installed else Path(model_path).stem
     params = params_from_settings(settings_mod.load(), model_path, n_ctx=args.ctx or None,
                                  n_threads=args.threads or None)  # fmt: skip
-    host = ModelHost(params, model_id, max_queue=args.max_queue, open_db=open_database)
+    host = ModelHost(params, model_id, max_queue=args.max_queue, open_db=open_database,
+                     parallel=args.parallel)  # fmt: skip
     print(f"deskllm: serving {model_id} at http://{args.host}:{args.port}/v1 (loading…)",
           file=sys.stderr, flush=True)  # fmt: skip
     return serve(host, config)

@@ -54,6 +54,8 @@ class ModelLoader:
     """Loads models into one EngineClient. `db` (the app's database, opened in the calling
     thread) holds the calibration records: without it loads are neither recorded nor
     corrected. `hardware` plans for another report than this machine's (tests, profiles).
+    `slots`: sequences the context holds (the batched engine), each of `n_ctx` tokens, so the
+    plan counts `slots` × n_ctx of KV cache.
     """
 
     def __init__(
@@ -63,8 +65,10 @@ class ModelLoader:
         db: Database | None = None,
         hardware: HardwareReport | HardwareSource | None = None,
         probe_model: str | None = None,
+        slots: int = 1,
     ) -> None:
         self.client = client
+        self.slots = slots
         self.db = db
         if isinstance(hardware, HardwareReport):
             report = hardware
@@ -93,12 +97,12 @@ class ModelLoader:
         planner = FitPlanner(
             report, use_extra_bufts=params.use_extra_bufts, corrections=lambda _a: corrections
         )
-        plan = planner.plan(header, params.n_ctx, params.kv_type)
+        plan = planner.plan(header, params.n_ctx * self.slots, params.kv_type)
         if params.gpu_auto:
             layers = plan.n_gpu_layers if plan.fit in ("gpu", "partial") else 0
             params = replace(params, n_gpu_layers=layers, gpu_auto=False)
         if report.memory.available_bytes > 0:
-            reason = planner.refusal(header, params)
+            reason = planner.refusal(header, replace(params, n_ctx=params.n_ctx * self.slots))
             if reason:
                 raise EngineError(f"{path.name} {reason}", ErrorKind.TOO_BIG)
         return LoadCheck(params, plan, corrections)

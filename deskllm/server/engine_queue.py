@@ -98,6 +98,11 @@ class EngineQueue:
         with self._lock:
             return self._running is not None
 
+    @property
+    def running(self) -> int:
+        """Jobs the engine is answering now (0 or 1 here)."""
+        return int(self.busy)
+
     def submit(self, request: ChatRequest) -> Job:
         """Admit a request or raise QueueFull. Call from the event loop that reads the job."""
         job = Job(request, asyncio.get_running_loop())

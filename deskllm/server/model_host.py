@@ -1,5 +1,6 @@
 """ModelHost: the one model a server serves, loaded through the loader in the background (so
-/health can answer 503 while it loads), and the queue in front of its engine."""
+/health can answer 503 while it loads), and the queue in front of its engine: the
+single-stream engine, or with `parallel` > 1 the batched engine with that many slots."""
 
 from __future__ import annotations
 
@@ -36,11 +37,20 @@ class ModelHost:
         max_queue: int,
         open_db: Callable[[], object] | None = None,
         client: EngineClient | None = None,
+        parallel: int = 1,
     ) -> None:
         self.params = params
         self.model_id = model_id
-        self.client = client or EngineClient()
-        self.queue = EngineQueue(self.client, max_queue)
+        self.parallel = parallel
+        if parallel > 1:
+            from deskllm.engine.batch_client import BatchEngineClient
+            from deskllm.server.batch_queue import BatchEngineQueue
+
+            self.client = client or BatchEngineClient(parallel)
+            self.queue = BatchEngineQueue(self.client, max_queue, parallel)
+        else:
+            self.client = client or EngineClient()
+            self.queue = EngineQueue(self.client, max_queue)
         self.state = HostState.LOADING
         self.failure: str | None = None
         self.n_ctx = 0
@@ -55,14 +65,14 @@ class ModelHost:
     def _load(self) -> None:
         try:
             db = self._open_db() if self._open_db else None
-            loaded = ModelLoader(self.client, db=db).load(self.params)
+            loaded = ModelLoader(self.client, db=db, slots=self.parallel).load(self.params)
         except EngineError as exc:
             self._fail(str(exc))
         except Exception as exc:  # a bug: say so rather than serve 503 forever
             log.exception("loading the model failed")
             self._fail(f"loading failed: {exc}")
         else:
-            self.n_ctx = loaded.n_ctx
+            self.n_ctx = loaded.n_ctx // self.parallel  # one slot's context
             self.state = HostState.READY
             log.info("serving %s (%d-token context)", self.model_id, self.n_ctx)
         finally:

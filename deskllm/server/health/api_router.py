@@ -25,7 +25,7 @@ async def health(request: Request) -> JSONResponse:
 async def metrics(request: Request) -> PlainTextResponse:
     host = request.app.state.host
     text = request.app.state.metrics.render(
-        waiting=host.queue.waiting, running=int(host.queue.busy),
+        waiting=host.queue.waiting, running=host.queue.running,
         ready=host.state == HostState.READY,
     )  # fmt: skip
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
