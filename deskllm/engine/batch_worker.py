@@ -244,10 +244,11 @@ class BatchWorker:
         if self.runtime is None:
             self.send(Error(rid, "no model is loaded", kind="no_model"))
             return
-        if request.sampling.json_schema is not None:
+        schema = getattr(request.sampling, "json_schema", None)
+        if schema is not None:
             from deskllm.engine.runtime import grammar_of
 
-            grammar_of(request.sampling.json_schema)  # a bad schema fails before any work
+            grammar_of(schema)  # a bad schema fails before any work
         if request.continue_reply and (
             not request.messages or request.messages[-1].role != "assistant"
         ):
