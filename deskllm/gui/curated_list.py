@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import PurePath
 
 from deskllm.catalog.curated import age_text
+from deskllm.catalog.quants import quality_tier
 from deskllm.downloads.units import human_bytes
 from deskllm.gui.plan_text import fit_badge, speed_text
 from deskllm.gui.qt import (
@@ -32,6 +33,7 @@ from deskllm.gui.qt import (
     Signal,
 )
 from deskllm.planner.catalog_plan import CatalogPlan, CatalogRow
+from deskllm.planner.fit import QuantPlan
 
 COLUMNS = ("Model", "Params", "Quant", "Size", "Fit", "Expected speed", "Quality", "License", "")
 _REPO = Qt.ItemDataRole.UserRole
@@ -96,7 +98,13 @@ class CuratedList(QWidget):
         )
         self.table.setRowCount(0)
         for row in plan.rows:
-            self._add(row, row is plan.recommended, installed)
+            if row is plan.recommended and plan.recommended_quant is not None:
+                # The model to take shows the file the catalog's rule chose for it (it may be
+                # a smaller quant than the row's own pick, to run wholly on the GPU).
+                self._add(row, plan.recommended_quant, plan.reason or "", True, installed)
+            else:
+                reason = row.recommendation.reason if row.recommendation else ""
+                self._add(row, row.chosen, reason or row.chosen.plan.reason, False, installed)
         if plan.recommended is not None and plan.reason:
             self.recommended.setText(f"Recommended: {plan.reason}")
         else:
@@ -111,25 +119,27 @@ class CuratedList(QWidget):
         self.status.setText("Reading the models' files from the Hub…")
         self.refresh_requested.emit()
 
-    def _add(self, row: CatalogRow, best: bool, installed: set[str]) -> None:
+    def _add(
+        self, row: CatalogRow, chosen: QuantPlan, reason: str, best: bool, installed: set[str]
+    ) -> None:
         r = self.table.rowCount()
         self.table.insertRow(r)
-        chosen = row.chosen
         have = [f.quant for f in row.model.files if PurePath(f.file).name in installed]
         name = row.model.repo_id + (f"  (installed: {', '.join(have)})" if have else "")
-        tps, measured = row.speed
-        size = ("~" if _estimated(row) else "") + human_bytes(chosen.size_bytes)
+        measured = row.measured_tps.get(chosen.file)
+        tps = measured or chosen.plan.tps_ceiling
+        estimated = any(f.size_estimated for f in row.model.files if f.file == chosen.file)
+        size = ("~" if estimated else "") + human_bytes(chosen.size_bytes)
         cells = [
             _cell(name),
             _cell(f"{row.model.params / 1e9:.1f}B", True),
             _cell(chosen.quant + (" ✓" if chosen.quant in have else "")),
             _cell(size, True),
             _cell(fit_badge(chosen)),
-            _cell(speed_text(tps, measured), True),
-            _cell(row.quality_tier),
+            _cell(speed_text(tps, bool(measured)), True),
+            _cell(quality_tier(chosen.quant)),
             _cell(row.model.license),
         ]
-        reason = row.recommendation.reason if row.recommendation else chosen.plan.reason
         for column, cell in enumerate(cells):
             cell.setToolTip(reason)
             if best:
@@ -140,7 +150,7 @@ class CuratedList(QWidget):
             self.table.setItem(r, column, cell)
         self.table.item(r, 0).setData(_REPO, row.model.repo_id)
         button = QPushButton("Download recommended")
-        button.setEnabled(row.fits and chosen.quant not in have)
+        button.setEnabled(chosen.plan.fit != "too_big" and chosen.quant not in have)
         if chosen.quant in have:
             button.setText("Installed")
         repo_id, file = row.model.repo_id, chosen.file
@@ -159,6 +169,3 @@ class CuratedList(QWidget):
         if repo_id:
             self.repo_selected.emit(repo_id)
 
-
-def _estimated(row: CatalogRow) -> bool:
-    return any(f.size_estimated for f in row.model.files if f.file == row.chosen.file)

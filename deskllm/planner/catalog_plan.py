@@ -47,13 +47,6 @@ class CatalogRow:
     measured_tps: Mapping[str, float]  # by plan file: decode speeds measured here
 
     @property
-    def speed(self) -> tuple[float | None, bool]:
-        """The pick's decode speed in tokens/s and whether it was measured (else the
-        ceiling); (None, False) when unknown."""
-        measured = self.measured_tps.get(self.chosen.file)
-        return (measured, True) if measured else (self.chosen.plan.tps_ceiling, False)
-
-    @property
     def fits(self) -> bool:
         return self.chosen.plan.fit != "too_big"
 

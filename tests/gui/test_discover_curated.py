@@ -150,3 +150,27 @@ def test_refresh_from_the_hub_replaces_estimated_sizes(qtbot, hub, quant_ladder,
     size = table.item(curated_rows(view)[REPO], 3).text()
     assert not size.startswith("~")  # read from the Hub, not estimated
     assert view.curated.refresh_button.isEnabled()
+
+
+def test_the_model_to_take_shows_the_file_the_catalog_rule_chose(qtbot):
+    import json
+    from pathlib import Path
+
+    from deskllm.gui.curated_list import CuratedList
+    from deskllm.hardware import report_from_dict
+    from deskllm.planner.catalog_plan import plan_catalog
+
+    laptop = Path(__file__).parent.parent / "data" / "hardware" / "laptop_rtx4070_8gb.json"
+    plan = plan_catalog(load_curated(), report_from_dict(json.loads(laptop.read_text())))
+    best, quant = plan.recommended, plan.recommended_quant
+    assert best.chosen.file != quant.file  # the row's own pick differs (Q8_0, split)
+    view = CuratedList()
+    qtbot.addWidget(view)
+    view.show_plan(plan, "2026-12-03", None, set(), offline=True)
+    row = view.row_of(best.model.repo_id)
+    table = view.table
+    assert table.item(row, 2).text() == quant.quant and table.item(row, 4).text() == "Full GPU"
+    assert table.item(row, 0).font().bold()
+    with qtbot.waitSignal(view.download_requested) as requested:
+        table.cellWidget(row, 8).click()
+    assert requested.args == [best.model.repo_id, quant.file]
