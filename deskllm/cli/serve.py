@@ -10,18 +10,23 @@ from deskllm import settings as settings_mod
 from deskllm.cli.chat import resolve_model
 from deskllm.database import open_database
 from deskllm.loader import params_from_settings
-from deskllm.server.config import DEFAULT_MAX_QUEUE, DEFAULT_PORT, ServerConfig
+from deskllm.server.config import DEFAULT_MAX_QUEUE, DEFAULT_PORT, ServerConfig, is_loopback
 from deskllm.store import ModelLibrary
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="serve a model through an OpenAI-compatible HTTP API")
     p.add_argument("--host", default="127.0.0.1",
-                   help="address to listen on; any but loopback needs --api-key")  # fmt: skip
+                   help="address to listen on; any but loopback uses an API key (the stored "
+                        "one unless --api-key names one)")  # fmt: skip
     p.add_argument("--port", type=int, default=DEFAULT_PORT)
     p.add_argument("--model", default=None, help="a .gguf path or an installed model's name")
     p.add_argument("--api-key", default=None,
-                   help="clients must send 'Authorization: Bearer KEY'")  # fmt: skip
+                   help="clients must send 'Authorization: Bearer KEY'; 'stored': the key "
+                        "generated on first use and kept in the deskllm home")  # fmt: skip
+    p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
+                   help="let web pages from ORIGIN (scheme://host[:port]) call the API; "
+                        "repeatable; none: CORS off")  # fmt: skip
     p.add_argument("--max-queue", type=int, default=DEFAULT_MAX_QUEUE,
                    help="requests that may wait while one is answered; more get 429")  # fmt: skip
     p.add_argument("--ctx", type=int, default=0, help="context length in tokens (0: settings)")
@@ -32,11 +37,19 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from deskllm.server.api_key import key_path, stored_key
     from deskllm.server.model_host import ModelHost
     from deskllm.server.runner import serve
 
-    config = ServerConfig(host=args.host, port=args.port, api_key=args.api_key or None,
-                          max_queue=args.max_queue)  # fmt: skip
+    api_key = args.api_key or None
+    if api_key == "stored" or (api_key is None and not is_loopback(args.host)):
+        # Anyone who can reach this address could use the model: never without a key.
+        api_key = stored_key()
+        print(f"deskllm: clients must send the API key stored in {key_path()}:\n  {api_key}",
+              file=sys.stderr, flush=True)  # fmt: skip
+    config = ServerConfig(host=args.host, port=args.port, api_key=api_key,
+                          max_queue=args.max_queue,
+                          cors_origins=tuple(args.cors_origin))  # fmt: skip
     refusal = config.refusal() or ("--parallel must be 1 or more" if args.parallel < 1 else None)
     if refusal:
         print(f"deskllm: {refusal}", file=sys.stderr)

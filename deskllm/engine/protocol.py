@@ -41,11 +41,16 @@ class Sampling:
     top_k: int = 40
     min_p: float = 0.05
     repeat_penalty: float = 1.1
-    repeat_last_n: int = 64
+    repeat_last_n: int = 64  # the window of the three penalties, prompt included
+    presence_penalty: float = 0.0  # OpenAI's: minus this from a token seen at all
+    frequency_penalty: float = 0.0  # OpenAI's: minus this times a token's count
     seed: int = -1  # -1: random
     max_tokens: int = 512
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False  # benchmarks: generate exactly max_tokens
+    # A JSON schema (as JSON text) the reply must follow: a grammar constrains every token.
+    # '{"type": "object"}' is OpenAI's json_object.
+    json_schema: str | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> Sampling:

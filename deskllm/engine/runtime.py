@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import codecs
 import ctypes
+import functools
 import logging
 import re
 import threading
@@ -333,13 +334,26 @@ class LlamaRuntime:
 
     def make_sampler(self, s: Sampling, history: list[int]) -> ctypes.c_void_p:
         chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
-        if s.repeat_penalty != 1.0 and s.repeat_last_n != 0:
-            L.llama_sampler_chain_add(
-                chain,
-                L.llama_sampler_init_penalties(
-                    self.n_vocab, s.repeat_last_n, s.repeat_penalty, 0.0, 0.0
-                ),
+        penalized = s.repeat_penalty != 1.0 or s.presence_penalty or s.frequency_penalty
+        if penalized and s.repeat_last_n != 0:
+            penalties = L.llama_sampler_init_penalties(
+                self.n_vocab, s.repeat_last_n, s.repeat_penalty, s.frequency_penalty,
+                s.presence_penalty,
+            )  # fmt: skip
+            # The window looks back into the prompt too, as llama.cpp's own tools do. Only
+            # this sampler hears the prompt: a grammar would refuse its tokens.
+            for token in history[-s.repeat_last_n :] if s.repeat_last_n > 0 else ():
+                L.llama_sampler_accept(penalties, token)
+            L.llama_sampler_chain_add(chain, penalties)
+        if s.json_schema is not None:
+            grammar = L.llama_sampler_init_grammar(
+                self.vocab, grammar_of(s.json_schema).encode(), b"root"
             )
+            if not grammar:
+                L.llama_sampler_free(chain)
+                raise EngineError("llama.cpp refused the grammar made from the JSON schema",
+                                  "bad_request")  # fmt: skip
+            L.llama_sampler_chain_add(chain, grammar)
         if s.ignore_eos:
             eog = [t for t in range(self.n_vocab) if L.llama_vocab_is_eog(self.vocab, t)]
             biases = (L.llama_logit_bias * len(eog))(
@@ -360,9 +374,6 @@ class LlamaRuntime:
             L.llama_sampler_chain_add(chain, L.llama_sampler_init_temp(s.temperature))
             seed = s.seed if s.seed >= 0 else 0xFFFFFFFF  # LLAMA_DEFAULT_SEED: random
             L.llama_sampler_chain_add(chain, L.llama_sampler_init_dist(seed))
-        # The penalty window looks back into the prompt too, as llama.cpp's own tools do.
-        for token in history[-max(s.repeat_last_n, 0) :] if s.repeat_last_n > 0 else ():
-            L.llama_sampler_accept(chain, token)
         return chain
 
     def generate(self, sampling: Sampling, max_tokens: int) -> Iterator[tuple[int, str]]:
@@ -407,6 +418,19 @@ class LlamaRuntime:
         if getattr(self, "model", None):
             L.llama_model_free(self.model)
             self.model = None
+
+
+@functools.lru_cache(maxsize=32)
+def grammar_of(json_schema: str) -> str:
+    """The GBNF grammar of a JSON schema, by llama-cpp-python's converter (the one its own
+    server uses). A schema it cannot convert is the request's fault."""
+    from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+    try:
+        return json_schema_to_gbnf(json_schema)
+    except Exception as exc:  # the converter raises whatever its walk of the schema hits
+        raise EngineError(f"the JSON schema cannot be turned into a grammar: {exc}",
+                          "bad_request") from None  # fmt: skip
 
 
 ggml_abort_none = ctypes.cast(None, L.ggml_abort_callback)

@@ -116,6 +116,10 @@ class Worker:
             elif isinstance(request, Status):
                 self.send(self.status())
             else:
+                if isinstance(request, Chat):
+                    # Cleared here, in the pipe's order, not when the reply starts: a Stop sent
+                    # while the engine still finished other work must not be lost.
+                    self.cancel_flag.clear()
                 self.requests.put(request)
 
     def status(self) -> StatusReport:
@@ -301,15 +305,16 @@ class Worker:
                 dropped += 1
 
     def chat(self, request: Chat) -> None:
-        from deskllm.engine.runtime import Cancelled
+        from deskllm.engine.runtime import Cancelled, grammar_of
 
         rid = request.request_id
         if self.runtime is None:
             self.send(Error(rid, "no model is loaded", kind="no_model"))
             return
+        if request.sampling.json_schema is not None:
+            grammar_of(request.sampling.json_schema)  # a bad schema fails before any work
         runtime = self.runtime
         self.busy = True
-        self.cancel_flag.clear()
         started = time.perf_counter()
         sampling = request.sampling
         generated: list[str] = []

@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
@@ -100,4 +101,13 @@ def create_app(host: ModelHost, config: ServerConfig, *, load_on_start: bool = T
 
     app.add_middleware(Guards, api_key=config.api_key, max_body_bytes=config.max_body_bytes,
                        metrics=metrics)  # fmt: skip
+    if config.cors_origins:
+        # Added last, so outermost: a browser's preflight (OPTIONS, never with the key) is
+        # answered here; the real request still passes the key check.
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(config.cors_origins),
+            allow_methods=["GET", "POST"],
+            allow_headers=["authorization", "content-type", "x-api-key", "anthropic-version"],
+        )
     return app

@@ -102,6 +102,8 @@ def loading(reason: str | None = None) -> ApiError:
 
 def from_engine(kind: ErrorKind, reason: str) -> ApiError:
     """An engine failure as an answer: what the request asked for is 400, the rest 5xx."""
+    if kind == ErrorKind.BAD_REQUEST:
+        return ApiError(400, reason, param="response_format", code="invalid_schema")
     if kind in (ErrorKind.CONTEXT, ErrorKind.TEMPLATE):
         code = "context_length_exceeded" if kind == ErrorKind.CONTEXT else "template_error"
         return ApiError(400, reason, param="messages", code=code)

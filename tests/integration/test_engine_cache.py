@@ -152,7 +152,11 @@ def test_itl_percentiles_are_reported(engine):
     done = collect(engine.chat(uuid.uuid4().hex, [ChatMessage("user", "Count.")], s)).done
     m = done.metrics
     assert m.itl_p50_ms and m.itl_p95_ms and 0 < m.itl_p50_ms <= m.itl_p95_ms
-    assert m.tg_tps and abs(1000 / m.itl_p50_ms - m.tg_tps) / m.tg_tps < 0.5
+    # Milliseconds, and the same decode as tg_tps: at least half the gaps are >= p50, so the
+    # mean gap (1 / tg_tps) is >= p50 / 2. A loaded machine skews the gaps, so no tighter
+    # bound holds; a unit slip (seconds, or tokens/ms) is off by 1000x and fails either way.
+    assert m.tg_tps and m.tg_tps <= 2000 / m.itl_p50_ms * 1.01
+    assert m.tg_tps >= 1000 / m.itl_p95_ms / 20
 
 
 # A cached reply is the reply: warm equals cold, token for token --------------------------------

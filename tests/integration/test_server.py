@@ -129,6 +129,66 @@ def test_stop_strings_and_max_tokens_are_obeyed(client, model):
     assert short.usage.completion_tokens == 3 and short.choices[0].finish_reason == "length"
 
 
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 12},
+        "age": {"type": "integer", "minimum": 0, "maximum": 150},
+    },
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
+
+
+def test_a_json_schema_reply_follows_the_schema(client, model):
+    # Unconstrained, this model answers the question in prose.
+    reply = client.chat.completions.create(
+        model=model, messages=ask("Who wrote Hamlet, and how old did he live to be?"),
+        temperature=0, max_tokens=120,
+        response_format={"type": "json_schema",
+                         "json_schema": {"name": "person", "schema": PERSON, "strict": True}},
+    ).choices[0]  # fmt: skip
+    assert reply.finish_reason == "stop", reply.message.content
+    person = json.loads(reply.message.content)
+    assert set(person) == {"name", "age"}
+    assert isinstance(person["name"], str) and len(person["name"]) <= 12
+    assert isinstance(person["age"], int) and 0 <= person["age"] <= 150
+
+
+def test_json_object_replies_are_a_json_object(client, model):
+    reply = client.chat.completions.create(
+        model=model, messages=ask("Describe a cat."), temperature=0, max_tokens=200,
+        response_format={"type": "json_object"},
+    ).choices[0]  # fmt: skip
+    text = reply.message.content.lstrip()
+    assert text.startswith("{"), text
+    if reply.finish_reason == "stop":  # a reply cut by max_tokens is a prefix of one
+        assert isinstance(json.loads(text), dict)
+
+
+def test_a_schema_that_cannot_become_a_grammar_is_a_bad_request(client, model):
+    with pytest.raises(openai.BadRequestError) as exc:
+        client.chat.completions.create(
+            model=model, messages=ask("Hi"), max_tokens=8,
+            response_format={"type": "json_schema",
+                             "json_schema": {"name": "x", "schema": {"type": "nonsense"}}},
+        )  # fmt: skip
+    assert exc.value.code == "invalid_schema" and "nonsense" in exc.value.message
+
+
+def test_frequency_and_presence_penalties_change_a_repetitive_reply(client, model):
+    def reply(**penalties) -> str:
+        return client.chat.completions.create(
+            model=model, messages=ask("Write the word 'cat' ten times."), temperature=0,
+            max_tokens=40, extra_body={"repeat_penalty": 1.0}, **penalties,
+        ).choices[0].message.content  # fmt: skip
+
+    plain = reply()
+    assert plain.lower().count("cat") >= 3, plain
+    assert reply(frequency_penalty=2.0).lower().count("cat") < plain.lower().count("cat")
+    assert reply(presence_penalty=2.0) != plain
+
+
 def test_errors_are_the_sdks_own_exception_types(server, client, model):
     stranger = openai.OpenAI(base_url=server.v1, api_key="wrong", max_retries=0)
     with pytest.raises(openai.AuthenticationError) as exc:

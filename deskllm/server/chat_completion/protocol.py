@@ -33,10 +33,19 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
+class JsonSchemaFormat(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    name: str = "response"
+    schema_: dict | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
 class ResponseFormat(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     type: Literal["text", "json_object", "json_schema"] = "text"
+    json_schema: JsonSchemaFormat | None = None
 
 
 class ChatCompletionRequest(BaseModel):

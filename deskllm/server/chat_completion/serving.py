@@ -44,12 +44,29 @@ def to_sampling(req: ChatCompletionRequest, n_ctx: int) -> Sampling:
         top_k=d.top_k if req.top_k is None else req.top_k,
         min_p=d.min_p if req.min_p is None else req.min_p,
         repeat_penalty=d.repeat_penalty if req.repeat_penalty is None else req.repeat_penalty,
+        presence_penalty=req.presence_penalty or 0.0,
+        frequency_penalty=req.frequency_penalty or 0.0,
         # 0xFFFFFFFF is llama.cpp's "random": keep explicit seeds below it.
         seed=-1 if req.seed is None or req.seed < 0 else req.seed % 0xFFFFFFFF,
         max_tokens=max(1, min(max_tokens, n_ctx)),
         stop=tuple(utf8(s, "stop") for s in stops if s),
         ignore_eos=req.ignore_eos,
+        json_schema=json_schema(req),
     )
+
+
+def json_schema(req: ChatCompletionRequest) -> str | None:
+    """The schema a reply must follow, as JSON text for the engine's grammar: json_object is
+    any object; json_schema without a schema, any JSON value."""
+    fmt = req.response_format
+    if fmt is None or fmt.type == "text":
+        return None
+    if fmt.type == "json_object":
+        return json.dumps({"type": "object"})
+    if fmt.json_schema is None:
+        raise errors.bad_request("response_format.json_schema is required for type json_schema.",
+                                 param="response_format.json_schema")  # fmt: skip
+    return json.dumps(fmt.json_schema.schema_ or {})
 
 
 def to_messages(req: ChatCompletionRequest) -> tuple[ChatMessage, ...]:
@@ -73,11 +90,6 @@ def check_supported(req: ChatCompletionRequest) -> None:
         raise errors.bad_request("logprobs are not supported yet.", param="logprobs")
     if req.tools:
         raise errors.bad_request("Tools are not supported yet.", param="tools")
-    if req.response_format is not None and req.response_format.type != "text":
-        raise errors.bad_request(
-            f"response_format {req.response_format.type!r} is not supported yet.",
-            param="response_format",
-        )
 
 
 def usage(m: Metrics) -> Usage:
