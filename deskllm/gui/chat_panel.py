@@ -169,6 +169,10 @@ class ChatPanel(QWidget):
         layout.addLayout(row)
         self._update_buttons()
 
+    def add_notice(self, widget: QWidget) -> None:
+        """A card above the messages (the first-run card): it shows and hides itself."""
+        self.layout().insertWidget(1, widget)
+
     # Conversation ----------------------------------------------------------------------------
     def show_conversation(self, conversation_id: str | None) -> None:
         self.cancel_edit()

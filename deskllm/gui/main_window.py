@@ -9,11 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from deskllm.engine.errors import ErrorKind
+from deskllm.engine.load_defaults import DEFAULT_CTX_CAP
 from deskllm.engine.protocol import Loaded, LoadParams
 from deskllm.engine.reply import Reply
 from deskllm.gui.chat_panel import NEW_TITLE, ChatPanel
 from deskllm.gui.elided_label import ElidedLabel
 from deskllm.gui.engine_bridge import EngineBridge
+from deskllm.gui.first_run_card import FirstRunCard
 from deskllm.gui.hardware_panel import HardwarePanel
 from deskllm.gui.hint_banner import HintBanner
 from deskllm.gui.live_settings import LiveSettings
@@ -98,6 +100,8 @@ class MainWindow(QMainWindow):
         self.tabs.addTab(self.models, "Models")
         self.tabs.addTab(self.hardware, "Hardware")
         self.hint = HintBanner(MODELS_HINT, "hints/models_panel_dismissed", self.gui_state)
+        self.first_run = FirstRunCard(self.gui_state)
+        self.chat.add_notice(self.first_run)
         right = QWidget()
         right_layout = QVBoxLayout(right)
         right_layout.setContentsMargins(0, 6, 6, 0)
@@ -182,6 +186,7 @@ class MainWindow(QMainWindow):
         self.chat.model_button.model_chosen.connect(self.use_model)
         self.models.unload_requested.connect(self.bridge.unload)
         self.hint.link_activated.connect(lambda _href: self.tabs.setCurrentWidget(self.models))
+        self.first_run.discover_requested.connect(self.show_discover)
         self.live_settings.changed.connect(self._settings_changed)
         bridge = self.bridge
         bridge.load_progress.connect(self._load_progress)
@@ -221,6 +226,7 @@ class MainWindow(QMainWindow):
             self.gui_state.setValue("chat/last_conversation", self.chat.conversation_id)
         self.gui_state.sync()
         self.chat.model_button.shutdown()
+        self.first_run.shutdown()
         self.models.shutdown()
         super().closeEvent(event)
 
@@ -298,6 +304,18 @@ class MainWindow(QMainWindow):
         self.chat.model_button.set_current(loaded.model_path)
         self._update_model_button()
         self.chat.set_model_ready(True)
+        if self._is_starter(loaded.model_path) and not self.store.has_messages():
+            # A first run: what this machine can run, at the context the settings give.
+            n_ctx = self.settings.n_ctx or DEFAULT_CTX_CAP
+            self.first_run.offer(n_ctx, self.settings.usable_tps)
+
+    def _is_starter(self, path: str) -> bool:
+        return any(m.source == "starter" and _same_file(m.path, path) for m in self.library.list())
+
+    def show_discover(self) -> None:
+        """The Models panel's Discover tab: the models recommended for this machine."""
+        self.tabs.setCurrentWidget(self.models)
+        self.models.tabs.setCurrentWidget(self.models.discover)
 
     def _model_failed(self, message: str) -> None:
         self.loaded_path = None
@@ -353,6 +371,8 @@ class MainWindow(QMainWindow):
 
     def _stream_started(self, conversation_id: str) -> None:
         self.sidebar.set_busy(conversation_id)
+        if not self.first_run.done():
+            self.first_run.finish()  # the user chats: the first-run card has done its job
         self.sidebar.refresh(select=conversation_id)  # a new title, now the most recent
         self.models.set_streaming(True)
         self._update_model_button()

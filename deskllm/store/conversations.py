@@ -170,6 +170,10 @@ class ConversationStore:
         )
         return [_message(r) for r in rows]
 
+    def has_messages(self) -> bool:
+        """Whether any conversation holds a message: the user has chatted."""
+        return self.db.execute("select 1 from messages limit 1").fetchone() is not None
+
     def get_message(self, message_id: int) -> Message:
         return _message(self.db["messages"].get(message_id))
 

@@ -418,6 +418,14 @@ def test_a_resumed_reply_grows_the_same_message(store, db_path):
         store.resume_reply(store.messages(conv.id)[0].id)  # a user message is not a reply
 
 
+def test_has_messages_once_anything_was_said(store):
+    assert not store.has_messages()
+    conv = store.create()  # an empty conversation is not a chat yet
+    assert not store.has_messages()
+    store.add_message(conv.id, "user", "hello")
+    assert store.has_messages()
+
+
 def trace_updates(store: ConversationStore, into: list[str]) -> None:
     """Record the UPDATE statements the store runs. SQLite reports a statement again for each
     trigger it fires (the search index), so count distinct ones: each write has its own text."""
