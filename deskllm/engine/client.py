@@ -200,14 +200,17 @@ class EngineClient:
         *,
         wait_if_busy: bool = True,
         continue_reply: bool = False,
+        drop_old_turns: bool = True,
     ) -> Reply:
         """One reply, streaming as it is read (see Reply). Nothing is sent until the reply
         is read; a reply read while another streams waits for it (or raises EngineBusy with
         wait_if_busy=False). `continue_reply`: the last message is a partial assistant reply
-        and the Reply is its continuation (the new text only)."""
+        and the Reply is its continuation (the new text only). `drop_old_turns` False: a
+        conversation that does not fit fails (kind CONTEXT) before it is evaluated."""
         events = self._chat_events(
-            conversation_id, tuple(messages), sampling, wait_if_busy, continue_reply
-        )
+            conversation_id, tuple(messages), sampling, wait_if_busy, continue_reply,
+            drop_old_turns,
+        )  # fmt: skip
         return Reply(events, self.cancel)
 
     def _chat_events(
@@ -217,6 +220,7 @@ class EngineClient:
         sampling: Sampling | None,
         wait_if_busy: bool,
         continue_reply: bool = False,
+        drop_old_turns: bool = True,
     ) -> Iterator[Event]:
         """The events of one reply, holding the request lock until it ends or its reader
         drops it (the lock is taken on the first read, so an unread reply holds nothing)."""
@@ -229,7 +233,7 @@ class EngineClient:
                 return
             request_id = next(self._ids)
             self._send(Chat(request_id, conversation_id, messages, sampling or Sampling(),
-                            continue_reply))  # fmt: skip
+                            continue_reply, drop_old_turns))  # fmt: skip
             for event in self._events(request_id):
                 if getattr(event, "request_id", request_id) not in (request_id, None):
                     continue  # late events of an earlier, abandoned request

@@ -32,6 +32,9 @@ class LoadParams:
     # Vulkan physical device indices llama.cpp may use ("0", "0,1"). None: ggml's own choice,
     # which skips CPU-type devices (llvmpipe); naming one is how a user chooses it.
     vulkan_devices: str | None = None
+    # The user's watts figure for machines without a readable energy counter (0: none): a
+    # reply's joules are then this times the seconds, labelled "estimated".
+    energy_watts: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,10 @@ class Sampling:
     # A JSON schema (as JSON text) the reply must follow: a grammar constrains every token.
     # '{"type": "object"}' is OpenAI's json_object.
     json_schema: str | None = None
+    # Record the log-probability of each sampled token under the model's own distribution
+    # (before penalties and temperature) for the first N tokens: Metrics.token_logprobs.
+    # The router reads them as the reply's uncertainty; 0 costs nothing.
+    logprobs: int = 0
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> Sampling:
@@ -82,6 +89,10 @@ class Chat:
     # The last message is a partial assistant reply to go on with: the prompt is the turns
     # before it with the generation prompt, then its text, left open (no end-of-turn).
     continue_reply: bool = False
+    # False: a conversation that does not fit the context fails with kind "context" after
+    # tokenizing, before anything is evaluated, instead of leaving old turns out (the
+    # router sends it to a larger model).
+    drop_old_turns: bool = True
 
 
 @dataclass(frozen=True)
@@ -159,6 +170,13 @@ class Metrics:
     vram_bytes: int | None = None
     device: str = "CPU"
     engine: str = "local"  # which engine answered: "local", or a remote endpoint's name
+    # Energy of the finished reply (None while it streams, or where nothing measures it).
+    joules: float | None = None  # prompt + decode
+    joules_per_token: float | None = None  # decode joules / generated tokens
+    watts_prompt: float | None = None
+    watts_decode: float | None = None
+    energy_source: str | None = None  # "rapl" | "nvml" | "rapl+nvml" | "estimated" | None
+    token_logprobs: tuple[float, ...] = ()  # Sampling.logprobs: the first N sampled tokens'
 
 
 @dataclass(frozen=True)

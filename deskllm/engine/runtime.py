@@ -411,6 +411,16 @@ class LlamaRuntime:
         finally:
             L.llama_sampler_free(chain)
 
+    def token_logprob(self, token: int) -> float:
+        """log p(token) under the logits it was just sampled from (raw: before penalties and
+        temperature). Valid between generate()'s yield and its next step, which overwrites
+        the logits."""
+        import numpy as np
+
+        logits = np.ctypeslib.as_array(L.llama_get_logits_ith(self.ctx, -1), (self.n_vocab,))
+        top = float(logits.max())
+        return float(logits[token]) - top - float(np.log(np.exp(logits - top).sum()))
+
     def close(self) -> None:
         if getattr(self, "ctx", None):
             L.llama_free(self.ctx)

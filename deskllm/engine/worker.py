@@ -45,6 +45,7 @@ from deskllm.engine.protocol import (
 )
 from deskllm.engine.stop_strings import StopMatcher
 from deskllm.gguf.header import GgufError, read_header
+from deskllm.hardware.energy import EnergyMeter, EnergyReading, reply_energy
 from deskllm.hardware.nvml_process import NvmlProcessMemory
 from deskllm.llamacpp import build
 
@@ -77,6 +78,7 @@ class Worker:
         self.busy = False
         self.device = "CPU"
         self.vram: NvmlProcessMemory | None = None
+        self.energy = EnergyMeter()  # replaced at load by the machine's counters
         self.process = psutil.Process()
         self.cancel_flag = threading.Event()
         self.in_request = False  # a request is being handled: the client waits for an answer
@@ -212,6 +214,9 @@ class Worker:
         self.current_conversation = None
         self.device = _device_name(runtime.buffers)
         self.vram = NvmlProcessMemory() if params.n_gpu_layers != 0 else None
+        self.energy = EnergyMeter.for_this_machine(
+            params.energy_watts, gpu=params.n_gpu_layers != 0
+        )
         warnings = (self.template.warning,) if self.template.warning else ()
         self.send(
             Loaded(
@@ -272,7 +277,11 @@ class Worker:
             delete_conversation_states(self.kv_disk_dir, conversation_id)
 
     def fit_prompt(
-        self, messages: list[ChatMessage], max_tokens: int, continue_reply: bool = False
+        self,
+        messages: list[ChatMessage],
+        max_tokens: int,
+        continue_reply: bool = False,
+        drop_old_turns: bool = True,
     ):
         """Render and tokenize; drop the oldest turns (never the system prompt or the last
         message, nor the question of a reply being continued) until the prompt and room for
@@ -287,6 +296,14 @@ class Worker:
             if len(tokens) + reserve <= runtime.n_ctx:
                 return tokens, dropped, rendered.warning
             droppable = [i for i, m in enumerate(messages[:-kept]) if m.role != "system"]
+            if not drop_old_turns:
+                from deskllm.engine.runtime import EngineError
+
+                raise EngineError(
+                    f"the conversation is {len(tokens)} tokens; with {reserve} kept for the "
+                    f"reply it does not fit the {runtime.n_ctx}-token context",
+                    kind="context",
+                )
             if not droppable:
                 from deskllm.engine.runtime import EngineError
 
@@ -319,6 +336,7 @@ class Worker:
         sampling = request.sampling
         generated: list[str] = []
         intervals: list[float] = []
+        logprobs: list[float] = []  # Sampling.logprobs: the first N sampled tokens'
         state = {
             "ttft": None,
             "pp_tps": None,
@@ -329,6 +347,8 @@ class Worker:
             "n_gen": 0,
             "decode_start": None,
         }
+        energy: dict = {}  # the finished reply's figures (reply_energy)
+        phases: dict[str, object] = {}  # "prompt" / "decode": open span, then EnergyReading
 
         def metrics() -> Metrics:
             n_gen = state["n_gen"]
@@ -352,6 +372,8 @@ class Worker:
                 rss_bytes=self.process.memory_info().rss,
                 vram_bytes=self.vram.read() if self.vram else None,
                 device=self.device,
+                **energy,
+                token_logprobs=tuple(logprobs),
             )
 
         pending: list[str] = []
@@ -374,8 +396,9 @@ class Worker:
                 return
             try:
                 tokens, dropped, warning = self.fit_prompt(
-                    list(request.messages), sampling.max_tokens, request.continue_reply
-                )
+                    list(request.messages), sampling.max_tokens, request.continue_reply,
+                    request.drop_old_turns,
+                )  # fmt: skip
             except TemplateRefused as exc:
                 self.send(Error(rid, str(exc), kind="template"))
                 return
@@ -384,7 +407,10 @@ class Worker:
             if dropped:
                 warnings.append(f"{dropped} old messages were left out to fit the context")
             state["prompt"] = len(tokens)
+            phases["prompt"] = self.energy.start()
             result = runtime.eval_prompt(tokens)
+            phases["prompt"] = self.energy.stop(phases["prompt"])
+            phases["decode"] = self.energy.start()
             state["cached"], state["evaluated"] = result.cached, result.evaluated
             if result.evaluated and result.eval_s > 0:
                 state["pp_tps"] = result.evaluated / result.eval_s
@@ -393,8 +419,12 @@ class Worker:
             max_tokens = min(sampling.max_tokens, runtime.n_ctx - len(runtime.tokens))
             last_metrics = last_token = time.perf_counter()
             last_text = 0.0
-            for _token, piece in runtime.generate(sampling, max_tokens):
+            for token, piece in runtime.generate(sampling, max_tokens):
                 now = time.perf_counter()
+                if len(logprobs) < sampling.logprobs:
+                    logprobs.append(runtime.token_logprob(token))
+                    if len(logprobs) == sampling.logprobs:
+                        self.send(metrics())  # the router decides on these before text
                 if state["ttft"] is None:
                     state["ttft"] = now - started
                     state["decode_start"] = now
@@ -413,6 +443,7 @@ class Worker:
                     break
                 if now - last_metrics >= METRICS_INTERVAL_S:
                     last_metrics = now
+                    self.energy.sample()  # catches a counter's wrap on a long reply
                     self.send(metrics())
             else:
                 finish = runtime.finish_reason
@@ -424,6 +455,10 @@ class Worker:
             finish = "cancelled"
         finally:
             self.busy = False
+            for name, phase in phases.items():
+                if not isinstance(phase, EnergyReading):  # still open: cancelled or failed
+                    phases[name] = self.energy.stop(phase)
+        energy.update(reply_energy(phases.get("prompt"), phases.get("decode"), state["n_gen"]))
         send_pending()
         self.send(
             Done(
