@@ -101,6 +101,19 @@ class Settings:
         SettingSpec("Theme", "now",
                     choices={"system": "Follow the system", "light": "Light", "dark": "Dark"}),
     )  # fmt: skip
+    energy_watts: int = setting(
+        0,
+        SettingSpec("Estimated power draw", minimum=0, maximum=100_000, suffix=" W",
+                    special=(0, "None (measured counters only)"),
+                    help="where the machine has no readable energy counter, joules per reply "
+                         "are this figure times the seconds, labelled estimated"),
+    )  # fmt: skip
+    electricity_price_per_kwh: float = setting(
+        0.0,
+        SettingSpec("Electricity price per kWh", "now",
+                    help="0: unknown. The cost per million tokens needs it and a known energy "
+                         "per token; it is never guessed"),
+    )  # fmt: skip
     extra: dict = field(default_factory=dict)  # keys of newer versions, kept when saving
 
     def validate(self) -> list[str]:
@@ -120,6 +133,8 @@ class Settings:
             problems.append("a quantized KV cache needs flash attention turned on")
         if self.gpu_offload == "manual" and self.n_gpu_layers == 0:
             problems.append("manual GPU offload needs at least 1 layer (or -1 for all)")
+        if not 0 <= self.electricity_price_per_kwh < float("inf"):
+            problems.append("the electricity price must be 0 (unknown) or more")
         if self.models_dir and Path(self.models_dir).expanduser().is_file():
             problems.append(f"the models folder {self.models_dir} is a file, not a folder")
         return problems
@@ -179,6 +194,8 @@ def load(path: Path | None = None) -> Settings:
         if f.name not in raw:
             continue
         value, default = raw[f.name], getattr(defaults, f.name)
+        if isinstance(default, float) and type(value) is int and abs(value) < 2**53:
+            value = float(value)  # a price written by hand as "1"
         if type(value) is not type(default):
             log.warning("settings file %s: %s=%r is not a %s; using %r",
                         path, f.name, value, type(default).__name__, default)  # fmt: skip

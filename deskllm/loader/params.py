@@ -24,5 +24,6 @@ def params_from_settings(settings: Settings, model_path: str, **overrides: Any) 
         flash_attn=settings.flash_attn,
         kv_ram_budget_mb=settings.kv_ram_budget_mb,
         kv_disk_budget_mb=settings.kv_disk_budget_mb,
+        energy_watts=float(settings.energy_watts),
     )
     return LoadParams(**(base | {k: v for k, v in overrides.items() if v is not None}))
