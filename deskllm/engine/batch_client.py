@@ -71,6 +71,7 @@ class BatchEngineClient:
         # Each open reply's (and a load's) queue of events, with the process that owes them.
         self._mailboxes: dict[int, tuple[queue.Queue, object]] = {}
         self._ids = itertools.count(1)
+        self._cancelled: set[int] = set()  # cancelled replies, perhaps before they were sent
         self.params: LoadParams | None = None
         self.loaded: Loaded | None = None
         self.crashes = 0
@@ -156,6 +157,8 @@ class BatchEngineClient:
             reason, kind = exit_reason(process.exitcode), ErrorKind.EXITED
         with self._lock:
             boxes = [(k, box) for k, (box, owner) in self._mailboxes.items() if owner is process]
+        if boxes:
+            self.crashes += 1  # one death, however many replies it ended
         for key, box in boxes:
             box.put(Exited(reason, process.exitcode, None if key == _CONTROL else key, kind))
 
@@ -246,11 +249,11 @@ class BatchEngineClient:
             else:
                 with contextlib.suppress(OSError, ValueError):  # a broken pipe: Exited follows
                     self._send(request)
+                    if rid in self._cancelled:  # stopped before it was sent: stop it now
+                        self._send(CancelRequest(rid))
             while True:
                 event = box.get()
-                if isinstance(event, Exited):
-                    self.crashes += 1
-                elif isinstance(event, Done):
+                if isinstance(event, Done):
                     self.crashes = 0
                 if isinstance(event, Done | Error | Exited):
                     finished = True
@@ -260,6 +263,7 @@ class BatchEngineClient:
         finally:
             with self._lock:
                 self._mailboxes.pop(rid, None)
+            self._cancelled.discard(rid)
             if not finished:
                 self.cancel_request(rid)  # its reader left: free the slot
 
@@ -286,7 +290,8 @@ class BatchEngineClient:
             return None
 
     def cancel_request(self, request_id: int) -> None:
-        """Stop one reply, waiting or running. Safe from any thread."""
+        """Stop one reply, waiting or running, or before it is read. Safe from any thread."""
+        self._cancelled.add(request_id)
         if self._process is not None and self._process.is_alive():
             with contextlib.suppress(OSError, ValueError):
                 self._send(CancelRequest(request_id))

@@ -176,12 +176,11 @@ class BatchRuntime:
         return bool(self.waiting or self.running)
 
     def _admit(self, outputs: list[StepOutput]) -> None:
+        for run in [r for r in self.waiting if r.cancelled]:
+            self.waiting.remove(run)
+            outputs.append(StepOutput(run, finish="cancelled"))
         while self.waiting:
             run = self.waiting[0]
-            if run.cancelled:
-                self.waiting.popleft()
-                outputs.append(StepOutput(run, finish="cancelled"))
-                continue
             choice = choose_slot(self.slots, run.prompt)
             if choice is None:
                 return

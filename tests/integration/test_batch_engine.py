@@ -1,0 +1,79 @@
+"""The batched engine's client on its own (no server): replies read on several threads at
+once, per-request cancel of a waiting request, and every open reply ending with Exited when
+the engine process dies, then a fresh engine for the next request."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from engine_helpers import wait_for
+
+from deskllm.engine.batch_client import BatchEngineClient
+from deskllm.engine.protocol import ChatMessage, Done, Exited, LoadParams, Sampling, TextDelta
+
+ENDLESS = Sampling(temperature=0, max_tokens=1500, ignore_eos=True)
+
+
+@pytest.fixture(scope="module")
+def batch(tmp_path_factory: pytest.TempPathFactory, starter_model: Path, extra_bufts: bool):
+    client = BatchEngineClient(2)
+    loaded = client.load(LoadParams(str(starter_model), n_ctx=2048, n_threads=2,
+                                    use_extra_bufts=extra_bufts))  # fmt: skip
+    assert loaded.n_ctx == 2 * 2048 and client.slot_ctx == 2048
+    yield client
+    client.close()
+
+
+def user(text: str) -> list[ChatMessage]:
+    return [ChatMessage("user", text)]
+
+
+def read_in_thread(reply) -> tuple[threading.Thread, list]:
+    events: list = []
+    thread = threading.Thread(target=lambda: events.extend(reply.events()))
+    thread.start()
+    return thread, events
+
+
+def first_text(events: list) -> bool:
+    return any(isinstance(e, TextDelta) for e in events)
+
+
+def test_a_request_cancelled_while_it_waits_for_a_slot_ends_at_once(batch):
+    running = [batch.chat("a", user(q), ENDLESS) for q in ("Tell a story.", "Count to 100.")]
+    readers = [read_in_thread(r) for r in running]
+    try:
+        assert wait_for(lambda: all(first_text(ev) for _t, ev in readers), 120)
+        waiting = batch.chat("b", user("What is 2 + 2?"), ENDLESS)
+        thread, events = read_in_thread(waiting)
+        waiting.cancel()
+        thread.join(60)
+        assert not thread.is_alive()
+        done = events[-1]
+        assert isinstance(done, Done) and done.finish_reason == "cancelled"
+        assert done.metrics.generated_tokens == 0 and done.text == ""
+        assert all(t.is_alive() for t, _ev in readers)  # the two running replies go on
+    finally:
+        for reply in running:
+            reply.cancel()
+        for t, _ev in readers:
+            t.join(60)
+    assert all(r.finish_reason == "cancelled" and r.metrics.generated_tokens > 0
+               for r in running)  # fmt: skip
+
+
+def test_a_killed_engine_ends_every_open_reply_and_the_next_starts_afresh(batch):
+    replies = [batch.chat("k", user(q), ENDLESS) for q in ("Tell a story.", "Name colours.")]
+    readers = [read_in_thread(r) for r in replies]
+    assert wait_for(lambda: all(first_text(ev) for _t, ev in readers), 120)
+    old_pid = batch.pid
+    batch.kill()
+    for t, _ev in readers:
+        t.join(60)
+    for reply, (_t, events) in zip(replies, readers, strict=True):
+        assert isinstance(events[-1], Exited) and "SIGKILL" in events[-1].reason
+        assert reply.error is not None and reply.error.kind == "exited"
+    again = batch.chat("k", user("What is 2 + 2?"), Sampling(temperature=0, max_tokens=8)).wait()
+    assert again.ok and again.text and batch.pid not in (None, old_pid)
