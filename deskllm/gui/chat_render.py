@@ -113,7 +113,19 @@ def metrics_line(metrics: dict) -> str:
         parts.append(f"context {metrics.get('n_past', 0)}/{metrics['n_ctx']}")
     if metrics.get("device"):
         parts.append(metrics["device"])
+    if metrics.get("joules_per_token") is not None:
+        parts.append(energy_per_token(metrics))
     return " · ".join(parts)
+
+
+def energy_per_token(metrics: dict) -> str:
+    """The energy per token as "0.42 J/token", with "est." when the joules come from the
+    user's watts figure rather than a counter ("" when unknown)."""
+    per_token = metrics.get("joules_per_token")
+    if per_token is None:
+        return ""
+    estimated = " est." if metrics.get("energy_source") == "estimated" else ""
+    return f"{per_token:.3g} J/token{estimated}"
 
 
 def metrics_details(metrics: dict) -> str:
@@ -133,6 +145,9 @@ def metrics_details(metrics: dict) -> str:
         ("Engine RAM", _fmt(metrics.get("rss_bytes"), "{}", mib)),
         ("VRAM", _fmt(metrics.get("vram_bytes"), "{}", mib)),
         ("Device", metrics.get("device")),
+        ("Energy", _energy(metrics)),
+        ("  per token", energy_per_token(metrics)),
+        ("  power prompt / decode", _power(metrics)),
     ]
     lines = [f"{name}: {value}" for name, value in rows if value not in (None, "")]
     lines += [f"Warning: {w}" for w in metrics.get("warnings") or ()]
@@ -158,3 +173,18 @@ def _context(metrics: dict) -> str | None:
     if not metrics.get("n_ctx"):
         return None
     return f"{metrics.get('n_past', 0)} of {metrics['n_ctx']} tokens"
+
+
+def _energy(metrics: dict) -> str | None:
+    if metrics.get("joules") is None:
+        return None
+    source = metrics.get("energy_source")
+    how = "estimated from the watts in settings" if source == "estimated" else f"measured, {source}"
+    return f"{metrics['joules']:.3g} J ({how})"
+
+
+def _power(metrics: dict) -> str | None:
+    prompt, decode = metrics.get("watts_prompt"), metrics.get("watts_decode")
+    if prompt is None and decode is None:
+        return None
+    return " / ".join("–" if w is None else f"{w:.1f} W" for w in (prompt, decode))

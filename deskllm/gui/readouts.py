@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from deskllm.engine.protocol import Metrics
-from deskllm.gui.chat_render import mib
+from deskllm.gui.chat_render import energy_per_token, mib
 from deskllm.gui.qt import QHBoxLayout, QLabel, QProgressBar, QWidget
 from deskllm.gui.sparkline import Sparkline
 
@@ -45,10 +45,15 @@ class LiveReadouts(QWidget):
         self.vram.setToolTip("GPU memory used by the engine")
         self.device = QLabel()
         self.device.setToolTip("Where the model runs")
+        self.energy = QLabel()
+        self.energy.setToolTip(
+            "Energy per generated token: measured by the CPU's or GPU's counter, or \"est.\" "
+            "from the watts entered in settings"
+        )
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         for widget in (self.speed, self.sparkline, self.ttft, self.prompt_speed, self.cache,
-                       self.context, self.ram, self.vram, self.device):  # fmt: skip
+                       self.context, self.ram, self.vram, self.device, self.energy):  # fmt: skip
             layout.addWidget(widget)
         self.clear()
 
@@ -65,6 +70,7 @@ class LiveReadouts(QWidget):
         self.ram.setText("RAM –")
         self.vram.hide()
         self.device.setText("")
+        self.energy.hide()
 
     def show_metrics(self, metrics: Metrics | dict, final: bool = False) -> None:
         """Show one Metrics event (or a stored reply's metrics dict); `final` for the figures of
@@ -94,6 +100,9 @@ class LiveReadouts(QWidget):
             self.vram.setText(f"VRAM {mib(m['vram_bytes'])}")
         if m.get("device"):
             self.device.setText(m["device"])
+        if m.get("joules_per_token") is not None:  # only a finished reply has its energy
+            self.energy.setText(energy_per_token(m))
+            self.energy.show()
 
     def text(self) -> str:
         """Every figure as one line (tests, accessibility)."""
@@ -101,4 +110,7 @@ class LiveReadouts(QWidget):
                  self.cache.text(), self.context.text(), self.ram.text()]  # fmt: skip
         if self.vram.isVisibleTo(self):
             parts.append(self.vram.text())
-        return " · ".join(parts + [self.device.text()])
+        parts.append(self.device.text())
+        if self.energy.isVisibleTo(self):
+            parts.append(self.energy.text())
+        return " · ".join(parts)

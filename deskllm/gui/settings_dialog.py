@@ -19,6 +19,7 @@ from deskllm.gui.qt import (
     QComboBox,
     QDialog,
     QDialogButtonBox,
+    QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
     QGroupBox,
@@ -82,6 +83,12 @@ def _widget(spec: SettingSpec, value: Any) -> QWidget:
         check = QCheckBox(spec.label)
         check.setChecked(value)
         return check
+    if isinstance(value, float):  # a price: a decimal field, checked by validate() too
+        decimal = QDoubleSpinBox()
+        decimal.setDecimals(4)
+        decimal.setRange(0.0, float(SPIN_LIMIT))
+        decimal.setValue(value)
+        return decimal
     box = QSpinBox()
     # Wide ranges on purpose: Settings.validate() explains a value out of range in words.
     low = min(spec.minimum, 1) if spec.minimum is not None else 0
