@@ -31,7 +31,9 @@ def run_hw(args: argparse.Namespace) -> int:
 
     report = probe_hardware(refresh_bandwidth=args.refresh_bandwidth)
     if args.json:
-        json.dump(report_to_dict(report), sys.stdout, indent=2)
+        from deskllm.hardware.energy import energy_report
+
+        json.dump(report_to_dict(report) | {"energy": energy_report()}, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         print(format_summary(report))

@@ -363,7 +363,12 @@ def energy_report(
     counter found with readable / counted / reason, "reason": why nothing is measured}."""
     if platform == "darwin":
         status = SensorStatus("macos", "powermetrics", "", False, False, MACOS_REASON)
-        return {"source": None, "sensors": [asdict(status)], "reason": MACOS_REASON}
+        return {
+            "source": None,
+            "sensors": [asdict(status)],
+            "reason": MACOS_REASON,
+            "nvml": "NVIDIA's NVML does not exist on macOS",
+        }
     _, statuses = scan_rapl(powercap_root)
     _, gpu_statuses, nvml_reason = nvml()
     statuses += gpu_statuses

@@ -88,6 +88,11 @@ def test_cli_json(capsys: pytest.CaptureFixture[str], deskllm_home: Path) -> Non
     assert data["bandwidth_gbps"] > 0
     assert report_from_dict(data).bandwidth.gbps == data["bandwidth_gbps"]
     assert (deskllm_home / "probes" / "memory-bandwidth.json").is_file()
+    energy = data["energy"]  # which counters exist, readable or not, and why
+    assert set(energy) == {"source", "sensors", "reason", "nvml"}
+    assert all(set(s) == {"kind", "name", "where", "readable", "counted", "reason"}
+               for s in energy["sensors"])  # fmt: skip
+    assert (energy["source"] is None) == (energy["reason"] is not None)
 
 
 def test_cli_text_and_refresh(capsys: pytest.CaptureFixture[str]) -> None:
