@@ -65,3 +65,14 @@ def test_choices_are_declared_once():
     changes = settings.changed_fields(settings.Settings(), settings.Settings(theme="dark",
                                                                            n_ctx=1024))
     assert changes == {"theme": "now", "n_ctx": "next_load"}
+
+
+def test_energy_settings_the_watts_figure_reaches_the_engine_and_a_price_is_a_number():
+    assert settings.Settings().energy_watts == 0  # none: only measured counters
+    assert params_from_settings(settings.Settings(energy_watts=65), "m.gguf").energy_watts == 65.0
+    paths.settings_path().write_text(json.dumps({"electricity_price_per_kwh": 1}))
+    assert settings.load().electricity_price_per_kwh == 1.0  # written by hand as a whole number
+    paths.settings_path().write_text(json.dumps({"electricity_price_per_kwh": "cheap"}))
+    assert settings.load().electricity_price_per_kwh == 0.0  # not a number: unknown
+    problems = settings.Settings(electricity_price_per_kwh=-0.3).validate()
+    assert problems == ["the electricity price must be 0 (unknown) or more"]
