@@ -1,6 +1,6 @@
 """The Models panel: Installed (each model's details, Load / Unload with progress, Delete,
-Reveal, Import) and Discover (Hugging Face search, quantizations planned for this machine,
-downloads; see model_discover.py).
+Reveal, Check quality (quality_check.py), Import) and Discover (Hugging Face search,
+quantizations planned for this machine, downloads; see model_discover.py).
 
 Imports read GGUF headers, so they run on a worker thread with its own SQLite connection.
 
@@ -34,6 +34,7 @@ from deskllm.gui.qt import (
     QWidget,
     Signal,
 )
+from deskllm.gui.quality_check import QualityCheckDialog
 from deskllm.gui.tasks import TaskRunner
 from deskllm.settings import Settings
 from deskllm.store import InstalledModel, ModelLibrary, open_database
@@ -95,6 +96,9 @@ class ModelsPanel(QWidget):
         self.unload_button = QPushButton("Unload")
         self.delete_button = QPushButton("Delete…")
         self.reveal_button = QPushButton("Show in folder")
+        self.quality_button = QPushButton("Check quality…")
+        self.quality_dialog: QualityCheckDialog | None = None
+        self._settings = settings
         self.import_file_button = QPushButton("Import file…")
         self.import_folder_button = QPushButton("Import folder…")
         self.find_button = QPushButton("Find models from other apps")
@@ -121,6 +125,7 @@ class ModelsPanel(QWidget):
         self.unload_button.clicked.connect(self.unload_requested)
         self.delete_button.clicked.connect(self.delete_selected)
         self.reveal_button.clicked.connect(self.reveal_selected)
+        self.quality_button.clicked.connect(self.check_quality_selected)
         self.import_file_button.clicked.connect(self._import_file_clicked)
         self.import_folder_button.clicked.connect(self._import_folder_clicked)
         self.find_button.clicked.connect(self.find_other_apps)
@@ -140,6 +145,7 @@ class ModelsPanel(QWidget):
         buttons = QHBoxLayout()
         buttons.addWidget(self.status, 1)
         buttons.addWidget(self.progress)
+        buttons.addWidget(self.quality_button)
         for button in (self.delete_button, self.reveal_button, self.unload_button):
             buttons.addWidget(button)
         buttons.addWidget(self.load_button)
@@ -236,6 +242,19 @@ class ModelsPanel(QWidget):
         if path:
             QDesktopServices.openUrl(QUrl.fromLocalFile(str(Path(path).parent)))
 
+    def check_quality_selected(self) -> None:
+        """Open the quality check of the selected model (its own processes: the loaded model
+        and chats are not touched)."""
+        model = self.selected_model()
+        if model is None or not model.exists:
+            return
+        if self.quality_dialog is not None:
+            self.quality_dialog.close()
+        self.quality_dialog = QualityCheckDialog(
+            model, self.library.list(), self._settings.value, self.db_path, self
+        )
+        self.quality_dialog.show()
+
     def _import_file_clicked(self) -> None:
         path, _filter = QFileDialog.getOpenFileName(
             self, "Import a model file", str(Path.home()), "GGUF models (*.gguf)"
@@ -283,6 +302,8 @@ class ModelsPanel(QWidget):
     def shutdown(self) -> None:
         """Pause downloads (they continue on the next start) and stop the worker threads."""
         self.discover.shutdown()
+        if self.quality_dialog is not None:
+            self.quality_dialog.close()  # cancels a running check
         self._calls.shutdown(wait=True)
         self.downloads.shutdown()
 
@@ -300,5 +321,6 @@ class ModelsPanel(QWidget):
         self.unload_button.setEnabled(self.loaded_path is not None and not self.busy)
         self.delete_button.setEnabled(bool(path) and path != self.loaded_path and not self.busy)
         self.reveal_button.setEnabled(exists)
+        self.quality_button.setEnabled(exists)
         item = self.list.currentItem()
         self.details.setText(f"Where: {path}" if item is not None else "")
