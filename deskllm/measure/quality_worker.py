@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import resource
+import shutil
 import signal
 from collections.abc import Iterator
 from multiprocessing.connection import Connection
@@ -120,6 +121,13 @@ def _reference(conn: Connection, params: LoadParams, text: str, n_ctx: int, out:
             raise ValueError(
                 f"the text is {len(tokens)} tokens, less than one chunk of {n_ctx}: use a "
                 "longer text or a smaller --ctx"
+            )
+        need = n_chunk * logprobs.scored_per_chunk(n_ctx) * logprobs.row_width(ev.rt.n_vocab) * 2
+        free = shutil.disk_usage(out.parent).free
+        if need > free:
+            raise ValueError(
+                f"the reference's log-probabilities need {need / 2**20:,.0f} MiB in "
+                f"{out.parent} and {free / 2**20:,.0f} MiB are free: use a shorter text"
             )
         with open(out, "wb") as f:
             logprobs.write_header(f, n_ctx, ev.rt.n_vocab, tokens)
