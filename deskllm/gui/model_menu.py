@@ -101,9 +101,10 @@ class ModelMenuButton(QToolButton):
         self._plan([m.path for m in models if m.exists])
 
     def _text(self, model: InstalledModel) -> str:
+        if not model.exists:
+            return f"{model.name} · {model.quant}  — file missing"
         badge = self.badges.get(model.path, (PENDING_BADGE, ""))[0]
-        missing = " — file missing" if not model.exists else ""
-        return f"{model.name} · {model.quant}  [{badge}]{missing}"
+        return f"{model.name} · {model.quant}  [{badge}]"
 
     def _tip(self, model: InstalledModel) -> str:
         reason = self.badges.get(model.path, ("", ""))[1]

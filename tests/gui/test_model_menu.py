@@ -17,7 +17,7 @@ CTRL = Qt.KeyboardModifier.ControlModifier
 
 def badged(button: ModelMenuButton) -> bool:
     return all(any(f"[{b}]" in a.text() for b in FIT_BADGES.values())
-               for a in button.model_actions())  # fmt: skip
+               for a in button.model_actions() if a.isEnabled())  # fmt: skip
 
 
 # A menu popup on the offscreen platform: raise and keyboard grabs are not supported there, and
@@ -26,15 +26,20 @@ def badged(button: ModelMenuButton) -> bool:
     "This plugin does not support (raise|grabbing the keyboard)",
     "Keyboard event not accepted by receiving widget",
 )
-def test_switching_models_from_the_chat_header(qtbot, window, starter_model, quant_ladder):
+def test_switching_models_from_the_chat_header(
+    qtbot, window, starter_model, quant_ladder, copy_model
+):
     other = window.library.add(quant_ladder["Q8_0"])
+    gone = window.library.add(copy_model("gone.gguf"))
+    Path(gone.path).unlink()  # deleted outside the app: listed, not offered
     starter = str(starter_model.resolve())
     button = window.chat.model_button
     menu = button.menu()
     qtbot.keyClick(window, Qt.Key.Key_M, CTRL)  # Engine → Switch model
     qtbot.waitUntil(menu.isVisible)
     actions = button.model_actions()
-    assert [a.data() for a in actions] == [starter, other.path]
+    assert [a.data() for a in actions] == [starter, other.path, gone.path]
+    assert not actions[2].isEnabled() and actions[2].text().endswith("file missing")
     assert [a.data() for a in actions if a.isChecked()] == [starter]
     assert "Model: " in button.text()
     # Badges come from the planner on a task thread, for each file's own header.
