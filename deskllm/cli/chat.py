@@ -6,14 +6,25 @@ import argparse
 import sys
 
 from deskllm import settings as settings_mod
-from deskllm.cli.remote import remote_model_for
+from deskllm.cli.remote import client_for, remote_model_for
 from deskllm.engine.client import EngineClient
 from deskllm.engine.errors import EngineError, ErrorKind
 from deskllm.engine.protocol import Loaded, Metrics, Sampling
 from deskllm.engine.reply import Reply
 from deskllm.loader import LoadCheck, ModelLoader, params_from_settings
+from deskllm.remote.calibration import CALIBRATION_PROMPTS, local_scores
+from deskllm.remote.keys import KeyStore
+from deskllm.remote.remote_model import RemoteModel
+from deskllm.remote.router import (
+    DEFAULT_UNCERTAINTY_TOKENS,
+    RoutedMetrics,
+    RoutePolicy,
+    Router,
+    threshold_for_share,
+)
 from deskllm.store import ConversationStore, ModelLibrary, ModelNotFound, open_database
 from deskllm.store.chat_session import ChatSession
+from deskllm.store.remote_endpoints import EndpointRegistry
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -22,9 +33,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--model",
         default=None,
-        help="a .gguf path, an installed model's name, or a remote model: NAME/MODEL "
-        "(NAME a `deskllm remote` endpoint; */MODEL: any endpoint serving it)",
+        help="a .gguf path, an installed model's name, a remote model: NAME/MODEL "
+        "(NAME a `deskllm remote` endpoint; */MODEL: any endpoint serving it), or auto: "
+        "the router (local first; a remote only where routing is allowed)",
     )
+    p.add_argument("--local-model", default=None, metavar="MODEL",
+                   help="--model auto: the local model (default: the default model)")  # fmt: skip
+    p.add_argument("--remote", default=None, metavar="NAME/MODEL",
+                   help="--model auto: the remote model to escalate to (its endpoint must "
+                   "allow routing; default: the first that does, and its first model)")  # fmt: skip
+    p.add_argument("--escalate-share", type=float, default=None, metavar="S",
+                   help="--model auto: escalate uncertain replies, with the threshold set so "
+                   "that share S (0..1) of a fixed prompt set would go remote")  # fmt: skip
+    p.add_argument("--escalate-below", type=float, default=None, metavar="LOGPROB",
+                   help="--model auto: escalate when the mean log-probability of the first "
+                   "tokens is below this (instead of --escalate-share)")  # fmt: skip
+    p.add_argument("--uncertainty-tokens", type=int, default=DEFAULT_UNCERTAINTY_TOKENS,
+                   metavar="K", help="--model auto: the first K tokens the uncertainty is "
+                   "measured on (held back until decided)")  # fmt: skip
     p.add_argument("--prompt", default=None, help="one message; without it, an interactive REPL")
     p.add_argument("--system", default="", help="system prompt")
     p.add_argument("--ctx", type=int, default=0, help="context length in tokens (0: default)")
@@ -71,6 +97,11 @@ def _print_metrics(reply: Reply) -> None:
     m = reply.metrics
     if reply.done is None or m is None:
         return
+    if isinstance(m, RoutedMetrics):
+        score = f", score {m.route_score:.2f}" if m.route_score is not None else ""
+        where = "local" if m.engine == "local" else f"remote endpoint {m.engine}"
+        print(f"[route: {m.route_reason}{score}; answered by {where} ({m.model})]",
+              file=sys.stderr)  # fmt: skip
     if m.engine != "local":
         _print_remote_metrics(m)
         return
@@ -111,6 +142,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens,
         stop=tuple(args.stop),
     )
+    if args.model == "auto":
+        return _auto_chat(args, db, library, store, sampling)
     remote = remote_model_for(db, args.model)
     if remote is not None:
         with remote:
@@ -133,14 +166,95 @@ def cmd_chat(args: argparse.Namespace) -> int:
         return _converse(args, store, ChatSession(client, store), model_path, sampling)
 
 
+def _routing_target(db, spec: str | None) -> RemoteModel | None:
+    """The remote model `--model auto` may escalate to: only on an endpoint that allows
+    routing. None when none does (privacy mode: nothing is contacted)."""
+    registry = EndpointRegistry(db)
+    if spec:
+        name, _, model = spec.partition("/")
+        endpoint = registry.find(name)
+        if endpoint is None or not model:
+            raise SystemExit(f"deskllm: --remote {spec!r}: give NAME/MODEL of a registered "
+                             "endpoint")  # fmt: skip
+        if not endpoint.allow_routing:
+            raise SystemExit(f"deskllm: endpoint {name} does not allow routing; allow it with "
+                             f"`deskllm remote routing {name} on`")  # fmt: skip
+        return RemoteModel(model, client_for(endpoint, KeyStore()), spec)
+    targets = registry.routing_targets()
+    if not targets:
+        return None
+    client = client_for(targets[0], KeyStore())
+    try:
+        models = client.list_models()
+    except EngineError as exc:
+        client.close()
+        print(f"[router: {exc.reason}; replies stay local]", file=sys.stderr)
+        return None
+    if not models:
+        client.close()
+        return None
+    return RemoteModel(models[0], client, f"{targets[0].name}/{models[0]}")
+
+
+def _auto_chat(args, db, library: ModelLibrary, store: ConversationStore, sampling) -> int:
+    """`--model auto`: the local model first, through the router."""
+    if args.escalate_share is not None and not 0 <= args.escalate_share <= 1:
+        raise SystemExit("deskllm: --escalate-share is a share between 0 and 1")
+    if args.uncertainty_tokens < 1:
+        raise SystemExit("deskllm: --uncertainty-tokens must be at least 1")
+    model_path = resolve_model(library, args.local_model)
+    params = params_from_settings(
+        settings_mod.load(), model_path,
+        n_ctx=args.ctx or None, kv_type=args.kv, flash_attn=args.flash_attn,
+    )  # fmt: skip
+    target = _routing_target(db, args.remote)
+    with EngineClient() as client:
+        loader = ModelLoader(client, db=db)
+        try:
+            loaded = loader.load(params)
+        except EngineError as exc:
+            if target is None:
+                print(f"deskllm: {exc}", file=sys.stderr)
+                return 1
+            print(f"[router: the local model did not load ({exc.reason}); replies go to "
+                  f"{target.label}]", file=sys.stderr)  # fmt: skip
+        else:
+            if args.metrics:
+                _print_load(loader.last_check, loaded)
+        threshold = args.escalate_below
+        if target is not None and threshold is None and args.escalate_share is not None:
+            scores = local_scores(client, CALIBRATION_PROMPTS, args.uncertainty_tokens,
+                                  sampling, args.system)  # fmt: skip
+            if scores:
+                threshold = threshold_for_share(scores, args.escalate_share)
+                print(f"[router: threshold {threshold:.3f} escalates "
+                      f"{args.escalate_share:.0%} of {len(scores)} calibration prompts]",
+                      file=sys.stderr)  # fmt: skip
+            else:
+                print("[router: the local model gave no scores; uncertainty check off]",
+                      file=sys.stderr)  # fmt: skip
+        if target is None:
+            print("[router: no endpoint allows routing; every reply stays on this machine]",
+                  file=sys.stderr)  # fmt: skip
+        policy = RoutePolicy(threshold, args.uncertainty_tokens)
+        router = Router(client, model_path, target, policy)
+        try:
+            session = ChatSession(router, store, model=router.label)
+            return _converse(args, store, session, router.label, sampling, router)
+        finally:
+            router.close()
+
+
 def _converse(
     args: argparse.Namespace,
     store: ConversationStore,
     session: ChatSession,
     model: str,
     sampling: Sampling,
+    router: Router | None = None,
 ) -> int:
-    """One message (--prompt) or a REPL, in a new stored conversation."""
+    """One message (--prompt) or a REPL, in a new stored conversation. With the router, a
+    REPL line `/remote TEXT` asks the remote model for that reply."""
     title = (args.prompt or "Terminal chat")[:60]
     conversation = store.create(
         title, args.system, model, sampling.__dict__ | {"stop": list(sampling.stop)}
@@ -159,6 +273,13 @@ def _converse(
                 return 0
             if not text.strip():
                 continue
+            if router is not None and text.startswith("/remote "):
+                try:
+                    router.ask_remote_next()
+                except ValueError as exc:
+                    print(f"deskllm: {exc}", file=sys.stderr)
+                    continue
+                text = text.removeprefix("/remote ")
         status = _stream(session.send(conversation.id, text, sampling), args.metrics)
         if status and prompts is not None:
             return status
@@ -173,6 +294,9 @@ def _stream(reply: Reply, metrics: bool) -> int:
         reply.cancel()
         print("\n[stopped]", file=sys.stderr)
         return 0
+    notice = getattr(reply.metrics, "route_notice", None)
+    if notice:
+        print(f"[router: {notice}]", file=sys.stderr)
     if reply.error is None:
         print()
         if metrics:

@@ -19,6 +19,7 @@ from deskllm.remote.endpoint import (
     DEFAULT_READ_TIMEOUT_S,
     Endpoint,
     EndpointInvalid,
+    ModelPrice,
     check_name,
     resolve_url,
 )
@@ -32,7 +33,9 @@ POOL_NAME = "*"  # --model */MODEL: every registered endpoint that serves MODEL
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("remote", help="remote OpenAI-compatible engines (add, list, test, remove)")
+    p = sub.add_parser(
+        "remote", help="remote OpenAI-compatible engines (add, list, test, remove, price, routing)"
+    )
     rsub = p.add_subparsers(dest="remote_command", metavar="ACTION", required=True)
 
     add = rsub.add_parser("add", help="register an endpoint (its key goes to the OS keyring)")
@@ -83,6 +86,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     test = rsub.add_parser("test", help="connect to an endpoint and list its models")
     test.add_argument("name")
     test.set_defaults(func=cmd_test)
+
+    price = rsub.add_parser(
+        "price", help="set what a model costs on an endpoint, per million tokens"
+    )
+    price.add_argument("name")
+    price.add_argument("model", help="the model name as the endpoint lists it")
+    price.add_argument("--input", type=float, required=True, metavar="X",
+                       help="price per million prompt (input) tokens")  # fmt: skip
+    price.add_argument("--output", type=float, required=True, metavar="Y",
+                       help="price per million completion (output) tokens")  # fmt: skip
+    price.set_defaults(func=cmd_price)
+
+    routing = rsub.add_parser(
+        "routing", help="allow or forbid `deskllm chat --model auto` to send requests here"
+    )
+    routing.add_argument("name")
+    routing.add_argument("state", choices=("on", "off"))
+    routing.set_defaults(func=cmd_routing)
 
     rm = rsub.add_parser("remove", help="forget an endpoint and its key")
     rm.add_argument("name")
@@ -193,6 +214,32 @@ def cmd_remove(args: argparse.Namespace) -> int:
         print(f"deskllm: no remote endpoint named {args.name!r}", file=sys.stderr)
         return 1
     print(f"removed {args.name} and its key")
+    return 0
+
+
+def cmd_price(args: argparse.Namespace) -> int:
+    if args.input < 0 or args.output < 0:
+        print("deskllm: prices cannot be negative", file=sys.stderr)
+        return 2
+    try:
+        EndpointRegistry(open_database()).set_price(
+            args.name, args.model, ModelPrice(args.input, args.output)
+        )
+    except EndpointNotFound as exc:
+        print(f"deskllm: {exc}", file=sys.stderr)
+        return 1
+    print(f"{args.name}/{args.model}: {args.input:g} per million input tokens, "
+          f"{args.output:g} per million output tokens")  # fmt: skip
+    return 0
+
+
+def cmd_routing(args: argparse.Namespace) -> int:
+    try:
+        EndpointRegistry(open_database()).set_allow_routing(args.name, args.state == "on")
+    except EndpointNotFound as exc:
+        print(f"deskllm: {exc}", file=sys.stderr)
+        return 1
+    print(f"{args.name}: routing {'allowed' if args.state == 'on' else 'not allowed'}")
     return 0
 
 

@@ -62,6 +62,15 @@ class EndpointRegistry:
         self.db[TABLE].update(name, {"prices": _prices_json(updated.prices)})
         return updated
 
+    def set_allow_routing(self, name: str, allow: bool) -> Endpoint:
+        endpoint = self.get(name)
+        self.db[TABLE].update(name, {"allow_routing": int(allow)})
+        return replace(endpoint, allow_routing=allow)
+
+    def routing_targets(self) -> list[Endpoint]:
+        """The endpoints the router may use: only those the user allowed."""
+        return [e for e in self.all() if e.allow_routing]
+
 
 def _row(e: Endpoint) -> dict[str, Any]:
     return {
