@@ -37,10 +37,14 @@ def capacity_line(n_ctx: int, usable_tps: float) -> str:
     """The planner's line for this machine (runs on a task thread: probes the hardware)."""
     from deskllm.hardware.probe import probe_hardware
     from deskllm.planner.capacity import machine_capacity
-    from deskllm.planner.machine import remember_hardware
+    from deskllm.planner.machine import current_hardware, remember_hardware
 
-    report = probe_hardware()  # with the bandwidth test (cached per machine): speeds need it
-    remember_hardware(report)  # the planner's other users need not probe again
+    # The report the rest of the app plans with (the Hardware panel may have shared one);
+    # probed again only when it lacks the bandwidth test, which speeds need.
+    report = current_hardware()
+    if report is None or report.bandwidth_gbps is None:
+        report = probe_hardware()  # the bandwidth test is cached per machine
+        remember_hardware(report)  # the planner's other users need not probe again
     return machine_capacity(report, n_ctx, usable_tps).line
 
 
