@@ -216,3 +216,18 @@ def test_usage_counts_tokens_per_engine_with_the_set_price(
     assert later == {"since": "2999-01-01", "rows": [], "local_share": None}
     table = cli("usage")
     assert "requests" in table.stdout and "desk" in table.stdout and "67%" in table.stdout
+
+
+def test_routing_is_switched_per_endpoint_and_required_for_auto(cli, starter_model):
+    assert cli("remote", "add", "far", "http://127.0.0.1:9/v1").returncode == 0
+    refused = auto(cli, starter_model, "--remote", "far/m", "--prompt", "Hi.")
+    assert refused.returncode != 0
+    assert "endpoint far does not allow routing" in refused.stderr
+    on = cli("remote", "routing", "far", "on")
+    assert on.returncode == 0, on.stderr
+    [row] = json.loads(cli("remote", "list", "--json").stdout)
+    assert row["allow_routing"] is True
+    assert cli("remote", "routing", "far", "off").returncode == 0
+    [row] = json.loads(cli("remote", "list", "--json").stdout)
+    assert row["allow_routing"] is False
+    assert cli("remote", "routing", "nowhere", "on").returncode == 1
