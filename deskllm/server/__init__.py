@@ -3,7 +3,8 @@
 Laid out like vLLM's OpenAI entrypoint: one folder per endpoint with `protocol.py` (pydantic
 models mirroring OpenAI's schema), `serving.py` (request → engine calls → response, no HTTP)
 and `api_router.py` (thin FastAPI routes). `errors.py` builds every error in OpenAI's shape.
-The engine answers one request at a time; `engine_queue.EngineQueue` queues the rest.
+The engine answers one request at a time; `engine_queue.EngineQueue` queues the rest. With
+`--parallel N` the batched engine answers up to N at once (`batch_queue.BatchEngineQueue`).
 """
 
 from deskllm.server.app import create_app

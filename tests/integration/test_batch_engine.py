@@ -12,6 +12,8 @@ from engine_helpers import wait_for
 
 from deskllm.engine.batch_client import BatchEngineClient
 from deskllm.engine.protocol import ChatMessage, Done, Exited, LoadParams, Sampling, TextDelta
+from deskllm.loader import ModelLoader
+from deskllm.planner.machine import current_hardware
 
 ENDLESS = Sampling(temperature=0, max_tokens=1500, ignore_eos=True)
 
@@ -77,3 +79,17 @@ def test_a_killed_engine_ends_every_open_reply_and_the_next_starts_afresh(batch)
         assert reply.error is not None and reply.error.kind == "exited"
     again = batch.chat("k", user("What is 2 + 2?"), Sampling(temperature=0, max_tokens=8)).wait()
     assert again.ok and again.text and batch.pid not in (None, old_pid)
+
+
+def test_the_loader_plans_every_slots_kv_cache_as_llama_cpp_allocates_it(
+    batch, starter_model: Path, extra_bufts: bool
+):
+    hardware = current_hardware()
+    assert hardware is not None
+    params = LoadParams(str(starter_model), n_ctx=2048, n_threads=2, use_extra_bufts=extra_bufts)
+    one = ModelLoader(batch, hardware=hardware).check(params).plan.estimate.buffer("kv")
+    two = ModelLoader(batch, hardware=hardware, slots=2).check(params).plan.estimate.buffer("kv")
+    assert two == 2 * one
+    # What the batch engine's llama.cpp allocated for its two 2048-token slots.
+    real = sum(size for name, size in batch.loaded.buffers.items() if name.endswith(" KV"))
+    assert abs(two - real) <= 0.02 * real, (two, real)
