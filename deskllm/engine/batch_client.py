@@ -222,14 +222,16 @@ class BatchEngineClient:
         sampling: Sampling | None = None,
         *,
         continue_reply: bool = False,
+        drop_old_turns: bool = True,
     ) -> Reply:
         """One reply, streaming as it is read; nothing is sent until it is read. Replies read
         at once share the engine's slots (more than n_slots wait inside the engine).
         `conversation_id` is not used to find a cache: the slot whose tokens share the longest
-        prefix with the prompt is taken, whichever conversation left them."""
+        prefix with the prompt is taken, whichever conversation left them. `continue_reply`
+        and `drop_old_turns` as EngineClient.chat."""
         request_id = next(self._ids)
         request = Chat(request_id, conversation_id, tuple(messages), sampling or Sampling(),
-                       continue_reply)  # fmt: skip
+                       continue_reply, drop_old_turns)  # fmt: skip
         return Reply(self._chat_events(request), lambda: self.cancel_request(request_id))
 
     def _chat_events(self, request: Chat) -> Iterator[Event]:

@@ -210,7 +210,11 @@ class BatchWorker:
 
     # Chat -------------------------------------------------------------------------------------
     def fit_prompt(
-        self, messages: list[ChatMessage], max_tokens: int, continue_reply: bool
+        self,
+        messages: list[ChatMessage],
+        max_tokens: int,
+        continue_reply: bool,
+        drop_old_turns: bool = True,
     ) -> tuple[list[int], int, str | None]:
         """Render and tokenize; drop the oldest turns (never the system prompt or the last
         message, nor the question of a reply being continued) until the prompt and room for
@@ -225,6 +229,12 @@ class BatchWorker:
             if len(tokens) + reserve <= n_ctx:
                 return tokens, dropped, rendered.warning
             droppable = [i for i, m in enumerate(messages[:-kept]) if m.role != "system"]
+            if not drop_old_turns:
+                raise EngineError(
+                    f"the conversation is {len(tokens)} tokens; with {reserve} kept for the "
+                    f"reply it does not fit the {n_ctx}-token context of a slot",
+                    kind="context",
+                )
             if not droppable:
                 raise EngineError(
                     f"the conversation's last message is {len(tokens)} tokens; with {reserve} "
@@ -244,11 +254,10 @@ class BatchWorker:
         if self.runtime is None:
             self.send(Error(rid, "no model is loaded", kind="no_model"))
             return
-        schema = getattr(request.sampling, "json_schema", None)
-        if schema is not None:
+        if request.sampling.json_schema is not None:
             from deskllm.engine.runtime import grammar_of
 
-            grammar_of(schema)  # a bad schema fails before any work
+            grammar_of(request.sampling.json_schema)  # a bad schema fails before any work
         if request.continue_reply and (
             not request.messages or request.messages[-1].role != "assistant"
         ):
@@ -257,8 +266,9 @@ class BatchWorker:
         state = ReplyState(time.perf_counter())
         try:
             tokens, state.dropped, warning = self.fit_prompt(
-                list(request.messages), request.sampling.max_tokens, request.continue_reply
-            )
+                list(request.messages), request.sampling.max_tokens, request.continue_reply,
+                request.drop_old_turns,
+            )  # fmt: skip
         except TemplateRefused as exc:
             self.send(Error(rid, str(exc), kind="template"))
             return

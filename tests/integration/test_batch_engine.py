@@ -81,6 +81,17 @@ def test_a_killed_engine_ends_every_open_reply_and_the_next_starts_afresh(batch)
     assert again.ok and again.text and batch.pid not in (None, old_pid)
 
 
+def test_a_conversation_that_does_not_fit_a_slot_fails_or_loses_old_turns(batch):
+    long = [ChatMessage("user", "Tell me about boxes. " * 300),
+            ChatMessage("assistant", "Boxes are containers. " * 300),
+            ChatMessage("user", "Summarise.")]  # fmt: skip
+    sampling = Sampling(temperature=0, max_tokens=4)
+    refused = batch.chat("fit", long, sampling, drop_old_turns=False).wait()
+    assert refused.error is not None and refused.error.kind == "context"
+    trimmed = batch.chat("fit", long, sampling).wait()
+    assert trimmed.ok and trimmed.done.dropped_messages == 2
+
+
 def test_the_loader_plans_every_slots_kv_cache_as_llama_cpp_allocates_it(
     batch, starter_model: Path, extra_bufts: bool
 ):
