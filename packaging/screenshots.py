@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SHOTS = ("chat", "models-installed", "models-discover", "hardware")
+SHOTS = ("chat", "models-recommended", "models-installed", "models-discover", "hardware")
 SIZE = (1280, 800)
 PROMPTS = (
     "What can I do on a rainy Sunday afternoon at home?",
@@ -187,10 +187,12 @@ class Shooter:
 
     def _scenes(self, window, hub, work: Path) -> None:
         wanted = set(self.only)
-        if wanted & {"hardware", "models-discover"}:
+        if wanted & {"hardware", "models-discover", "models-recommended"}:
             self.hardware(window)  # the planner behind Discover reuses this report
         if "chat" in wanted:
             self.chat(window)
+        if "models-recommended" in wanted:
+            self.recommended(window)
         if wanted & {"models-discover", "models-installed"}:
             repo = _fill_hub(hub, Path(window.model_path), work)
             self.models(window, repo, "models-discover" in wanted)
@@ -234,6 +236,22 @@ class Shooter:
                 self.wait(lambda done=done: len(finished) > done, "the reply to stop")
                 return
         raise RuntimeError("every reply ended before it filled the screen")
+
+    def recommended(self, window) -> None:
+        """Discover before any search: the curated catalog planned for this machine."""
+        panel = window.models
+        view = panel.discover
+        window.tabs.setCurrentWidget(panel)
+        panel.tabs.setCurrentWidget(view)  # the first show plans the catalog
+        self.wait(lambda: view.curated.plan is not None, "the curated catalog's plan")
+        best = view.curated.plan.recommended
+        row = view.curated.row_of(best.model.repo_id) if best else None
+        if row is not None:
+            view.curated.table.selectRow(row)
+            self.wait(lambda: view.plan is not None, "the plan of the recommended repo")
+        self.settle()
+        self.save("models-recommended", window)
+        panel.tabs.setCurrentIndex(0)
 
     def models(self, window, repo: str, discover: bool) -> None:
         panel = window.models

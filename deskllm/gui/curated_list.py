@@ -64,7 +64,10 @@ class CuratedList(QWidget):
         self.table.verticalHeader().hide()
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setStretchLastSection(True)
+        # The repo name gives way (elided) so the figures and the whole button stay readable.
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        header.setStretchLastSection(False)
+        self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.recommended = QLabel()
         self.recommended.setWordWrap(True)
         self.refresh_button = QPushButton("Refresh from the Hub")

@@ -13,7 +13,7 @@ from PySide6.QtGui import QImage
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "packaging" / "screenshots.py"
-SHOTS = ("chat", "models-installed", "models-discover", "hardware")
+SHOTS = ("chat", "models-recommended", "models-installed", "models-discover", "hardware")
 SIZE = (1280, 800)
 MAX_BYTES = 400 * 1024  # small enough to commit
 
@@ -53,7 +53,7 @@ def test_the_script_renders_every_screenshot_of_the_real_app(tmp_path):
     )  # fmt: skip
     output = run.stdout + run.stderr
     assert run.returncode == 0, output[-4000:]
-    assert "4 screenshot(s)" in run.stdout
+    assert f"{len(SHOTS)} screenshot(s)" in run.stdout
     assert sorted(p.name for p in out.iterdir()) == sorted(f"{s}.png" for s in SHOTS)
     for shot in SHOTS:
         check_image(out / f"{shot}.png")
