@@ -190,6 +190,7 @@ class Router:
         for event in stream:
             if isinstance(event, Error | Exited) and not shown and not held_text(held):
                 reason = CONTEXT if event.kind == ErrorKind.CONTEXT else LOCAL_FAILED
+                stream.close()  # frees the local engine now: a fallback may need it
                 yield from self._remote(cid, messages, sampling, reason, local_error=event)
                 return
             if not decided:

@@ -231,3 +231,20 @@ def test_routing_is_switched_per_endpoint_and_required_for_auto(cli, starter_mod
     [row] = json.loads(cli("remote", "list", "--json").stdout)
     assert row["allow_routing"] is False
     assert cli("remote", "routing", "nowhere", "on").returncode == 1
+
+
+def test_a_conversation_too_long_for_local_with_the_remote_down_is_answered_locally(
+    cli, starter_model, deskllm_home
+):
+    add = cli("remote", "add", "far", "http://127.0.0.1:9/v1", "--allow-routing")
+    assert add.returncode == 0, add.stderr
+    turns = [f"Part {i}: {LONG_PART * 12}" for i in range(3)]
+    r = auto(cli, starter_model, "--remote", "far/m", "--ctx", "256",
+             stdin="\n".join(turns) + "\n")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    first, *later = replies(deskllm_home)
+    assert first.metrics["route_reason"] == "local"
+    assert later and all(m.metrics["engine"] == "local" for m in later)
+    assert all(m.metrics["route_reason"] == "remote_failed" for m in later)
+    assert all(m.metrics["dropped_messages"] > 0 and m.content for m in later)
+    assert "answered by the local model instead" in r.stderr
