@@ -208,3 +208,18 @@ def test_messages_api_streams_beside_a_chat_completion(server):
     assert chat.text
     assert anthropic["content"][0]["text"] and anthropic["stop_reason"] == "max_tokens"
     assert anthropic["usage"]["output_tokens"] == 12
+
+
+def test_each_slot_samples_with_its_own_settings(server):
+    # A grammar-bound reply and a free one decoded in the same steps: each slot's sampler
+    # chain is its own, so only the first is bound to JSON.
+    def bound() -> Stream:
+        return stream_chat(server, ask("Describe a cat."), max_tokens=24,
+                           response_format={"type": "json_object"})  # fmt: skip
+
+    def free() -> Stream:
+        return stream_chat(server, ask("Describe a cat."), max_tokens=24)
+
+    as_json, as_prose = run_at_once([bound, free])
+    assert as_json.text.lstrip().startswith("{"), as_json.text
+    assert not as_prose.text.lstrip().startswith("{"), as_prose.text
