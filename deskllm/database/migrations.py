@@ -146,6 +146,7 @@ def m005_calibration(db: Database) -> None:
     )
     db["calibration"].create_index(["machine", "architecture", "id"])
 
+
 @migration
 def m006_remote_endpoints(db: Database) -> None:
     # Remote OpenAI-compatible engines (deskllm.remote). Never their API keys: those live in

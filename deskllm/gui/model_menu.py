@@ -15,7 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 
-from deskllm.gui.qt import QAction, QActionGroup, QMenu, QPoint, QToolButton, QWidget, Signal
+from deskllm.gui.qt import QAction, QActionGroup, QMenu, QPoint, Qt, QToolButton, QWidget, Signal
 from deskllm.gui.tasks import TaskRunner
 from deskllm.store import InstalledModel, ModelLibrary
 
@@ -43,6 +43,9 @@ def plan_badges(paths: list[str], n_ctx: int, kv_type: str) -> dict[str, tuple[s
         p: (FIT_BADGES[plan.fit], plan.reason) if plan else (UNKNOWN_BADGE, "unreadable header")
         for p, plan in plans.items()
     }
+
+
+MAX_TEXT_PX = 200
 
 
 class ModelMenuButton(QToolButton):
@@ -112,8 +115,11 @@ class ModelMenuButton(QToolButton):
 
     def _update_text(self) -> None:
         name = next((m.name for m in self.library.list() if m.path == self.current), None)
-        self.setText(f"Model: {name}" if name else "Choose a model")
-        self.setToolTip("Switch the model for this chat (Ctrl+M)")
+        text = f"Model: {name}" if name else "Choose a model"
+        # Elided, so a long model name never sets the window's minimum width.
+        self.setText(self.fontMetrics().elidedText(text, Qt.TextElideMode.ElideMiddle,
+                                                   MAX_TEXT_PX))  # fmt: skip
+        self.setToolTip(f"{text}\nSwitch the model for this chat (Ctrl+M)")
 
     def set_current(self, path: str | None) -> None:
         """The model now loaded (None: none is)."""

@@ -101,7 +101,9 @@ class ModelsPanel(QWidget):
         self._settings = settings
         self.import_file_button = QPushButton("Import file…")
         self.import_folder_button = QPushButton("Import folder…")
-        self.find_button = QPushButton("Find models from other apps")
+        self.find_button = QPushButton("Find in other apps…")
+        self.find_button.setToolTip("Add the models other apps keep on this computer "
+                                    "(the Hugging Face cache, LM Studio)")  # fmt: skip
         self.progress = QProgressBar()
         self.progress.setRange(0, 100)
         self.progress.hide()
@@ -146,14 +148,16 @@ class ModelsPanel(QWidget):
         buttons.addWidget(self.status, 1)
         buttons.addWidget(self.progress)
         buttons.addWidget(self.quality_button)
-        for button in (self.delete_button, self.reveal_button, self.unload_button):
+        for button in (self.delete_button, self.unload_button):
             buttons.addWidget(button)
         buttons.addWidget(self.load_button)
+        # Two rows of about equal width, so the panel never sets a wide window minimum.
         imports = QHBoxLayout()
         imports.addWidget(self.import_file_button)
         imports.addWidget(self.import_folder_button)
         imports.addWidget(self.find_button)
         imports.addStretch(1)
+        imports.addWidget(self.reveal_button)
         tab = QWidget()
         layout = QVBoxLayout(tab)
         layout.addWidget(self.list, 1)

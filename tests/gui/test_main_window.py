@@ -75,7 +75,7 @@ def test_shift_enter_adds_a_line_instead_of_sending(qtbot, window):
 def test_geometry_splitter_tab_and_last_conversation_are_restored(qtbot, window, gui_state):
     window.sidebar.new_button.click()
     chosen = window.chat.conversation_id
-    window.resize(760, 540)
+    window.resize(760, 540)  # the offscreen screen is 800 px wide
     window.splitter.setSizes([200, 560])
     sizes = window.splitter.sizes()
     window.tabs.setCurrentWidget(window.models)

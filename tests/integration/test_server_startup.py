@@ -27,7 +27,7 @@ def serve(home: Path, session_home: Path, *args: str) -> subprocess.CompletedPro
 
 
 def test_another_address_without_a_key_uses_the_stored_key(tmp_path, session_home):
-    home = tmp_path / "home"
+    home = tmp_path / "serve-home"
     home.mkdir()
     with running_server(home, session_home, "--host", "0.0.0.0") as server:
         key_file = home / "server" / "api_key"
