@@ -28,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     from deskllm.engine.client import EngineClient
     from deskllm.gui.engine_bridge import EngineBridge
+    from deskllm.gui.main_thread_gc import MainThreadGc
     from deskllm.gui.main_window import MainWindow, run_window
     from deskllm.gui.qt import QApplication, QIcon, QMessageBox, QSettings
     from deskllm.gui.theme import apply_theme
@@ -42,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("deskllm")
     app.setOrganizationName("deskllm")
+    MainThreadGc(app)  # Qt objects in reference cycles die on this thread, never on a worker
     icon = paths.resources_dir() / "icons" / "deskllm.svg"
     if icon.is_file():
         app.setWindowIcon(QIcon(str(icon)))

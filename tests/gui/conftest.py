@@ -12,10 +12,22 @@ from gui_helpers import REPLY_TIMEOUT_MS  # noqa: E402
 
 from deskllm.engine.client import EngineClient  # noqa: E402
 from deskllm.gui.engine_bridge import EngineBridge  # noqa: E402
+from deskllm.gui.main_thread_gc import MainThreadGc  # noqa: E402
 from deskllm.gui.main_window import MainWindow  # noqa: E402
 from deskllm.gui.qt import QSettings  # noqa: E402
 from deskllm.settings import Settings  # noqa: E402
 from deskllm.store import ConversationStore, ModelLibrary, open_database  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def main_thread_gc(qapp):
+    """As in the app (gui/app.py): reference cycles are collected on the GUI thread only, so a
+    widget an earlier test left in a cycle is never destroyed by a later test's worker thread
+    (that crashes the process). Teardown collects what this test left, on this thread."""
+    collector = MainThreadGc(qapp)
+    yield collector
+    collector.uninstall()
+    collector.deleteLater()
 
 
 @pytest.fixture
