@@ -110,9 +110,22 @@ class Settings:
     )  # fmt: skip
     electricity_price_per_kwh: float = setting(
         0.0,
-        SettingSpec("Electricity price per kWh", "now",
+        SettingSpec("Electricity price per kWh", "now", special=(0, "Not set"),
                     help="0: unknown. The cost per million tokens needs it and a known energy "
                          "per token; it is never guessed"),
+    )  # fmt: skip
+    hardware_cost: float = setting(
+        0.0,
+        SettingSpec("Hardware price", "now", special=(0, "Not set"),
+                    help="0: left out. What the machine cost, spread over its hours of use: a "
+                         "local reply's cost adds its share for the reply's seconds"),
+    )  # fmt: skip
+    hardware_hours: int = setting(
+        0,
+        SettingSpec("Hardware hours of use", "now", minimum=0, maximum=100_000, suffix=" h",
+                    special=(0, "Not set"),
+                    help="the hours of use the hardware price is spread over (e.g. 3 years "
+                         "of 8 hours a day: 8760)"),
     )  # fmt: skip
     extra: dict = field(default_factory=dict)  # keys of newer versions, kept when saving
 
@@ -135,6 +148,8 @@ class Settings:
             problems.append("manual GPU offload needs at least 1 layer (or -1 for all)")
         if not 0 <= self.electricity_price_per_kwh < float("inf"):
             problems.append("the electricity price must be 0 (unknown) or more")
+        if not 0 <= self.hardware_cost < float("inf"):
+            problems.append("the hardware price must be 0 (left out) or more")
         if self.models_dir and Path(self.models_dir).expanduser().is_file():
             problems.append(f"the models folder {self.models_dir} is a file, not a folder")
         return problems

@@ -39,7 +39,9 @@ from deskllm.gui.shortcuts_dialog import show_shortcuts
 from deskllm.gui.sidebar import ConversationSidebar
 from deskllm.gui.startup_timing import FirstExpose
 from deskllm.gui.theme import apply_theme
+from deskllm.gui.usage_dialog import UsageDialog
 from deskllm.loader import params_from_settings
+from deskllm.loader.params import cost_rates_from_settings
 from deskllm.planner.machine import remember_hardware
 from deskllm.settings import Settings
 from deskllm.store import Conversation, ConversationStore, ModelLibrary
@@ -77,6 +79,7 @@ class MainWindow(QMainWindow):
         self.library = library or ModelLibrary(store.db)
         self.loaded_path: str | None = None
         self.settings_dialog: SettingsDialog | None = None
+        self.usage_dialog: UsageDialog | None = None
         self.setWindowTitle("deskllm")
         self._build()
         self._build_menus()
@@ -154,6 +157,8 @@ class MainWindow(QMainWindow):
             # triggered(bool) passes `checked` first: it must not land in `i`.
             show = lambda _checked=False, i=index: self.tabs.setCurrentIndex(i)  # noqa: E731
             self._action(view, name, show, QKeySequence(f"Ctrl+{index + 1}"))
+        view.addSeparator()
+        self._action(view, "&Usage…", self.open_usage)
         help_menu = self.menuBar().addMenu("&Help")
         self._action(help_menu, "&Keyboard shortcuts", lambda: show_shortcuts(self),
                      QKeySequence.StandardKey.HelpContents)  # fmt: skip
@@ -400,6 +405,17 @@ class MainWindow(QMainWindow):
         self.settings_dialog = SettingsDialog(self.settings, self)
         self.settings_dialog.saved.connect(self.apply_settings)
         self.settings_dialog.open()
+
+    def open_usage(self) -> None:
+        """Tokens and cost per day (a window of its own, refreshed when settings change)."""
+        if self.usage_dialog is not None:
+            self.usage_dialog.close()
+            self.usage_dialog.deleteLater()
+        rates = lambda: cost_rates_from_settings(self.settings)  # noqa: E731
+        self.usage_dialog = UsageDialog(self.models.db_path, rates, self)
+        self.usage_dialog.settings_requested.connect(self.open_settings)
+        self.live_settings.changed.connect(self.usage_dialog.refresh)
+        self.usage_dialog.show()
 
     def apply_settings(self, new: Settings) -> None:
         """Hand saved settings to every subscriber (LiveSettings.changed)."""

@@ -5,6 +5,7 @@ import ctypes
 import sys
 
 from PySide6.QtCore import (
+    QDate,
     QElapsedTimer,
     QEvent,
     QObject,
@@ -44,6 +45,7 @@ from PySide6.QtWidgets import (
     QApplication,
     QCheckBox,
     QComboBox,
+    QDateEdit,
     QDialog,
     QDialogButtonBox,
     QDoubleSpinBox,
@@ -84,6 +86,8 @@ __all__ = [
     "QCheckBox",
     "QColor",
     "QComboBox",
+    "QDate",
+    "QDateEdit",
     "QDesktopServices",
     "QDialog",
     "QDialogButtonBox",

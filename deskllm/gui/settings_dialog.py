@@ -88,6 +88,9 @@ def _widget(spec: SettingSpec, value: Any) -> QWidget:
         decimal.setDecimals(4)
         decimal.setRange(0.0, float(SPIN_LIMIT))
         decimal.setValue(value)
+        decimal.setSuffix(spec.suffix)
+        if spec.special is not None:
+            decimal.setSpecialValueText(spec.special[1])
         return decimal
     box = QSpinBox()
     # Wide ranges on purpose: Settings.validate() explains a value out of range in words.

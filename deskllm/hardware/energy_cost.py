@@ -3,6 +3,8 @@ Pure arithmetic: never a figure made up where the energy is unknown."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 JOULES_PER_KWH = 3.6e6
 
 
@@ -25,3 +27,36 @@ def cost_per_million_tokens(
     if hardware_cost and hours and tokens_per_s:
         cost += hardware_cost / hours * (1e6 / tokens_per_s / 3600)
     return cost
+
+
+@dataclass(frozen=True)
+class LocalCostRates:
+    """What a local reply costs the user, from the settings (handed in: core code never reads
+    them). 0 means not set for each."""
+
+    tariff_per_kwh: float = 0.0
+    estimated_watts: float = 0.0  # for replies that carry no joules (no sensor)
+    hardware_per_hour: float = 0.0  # the machine's price spread over its hours of use
+
+
+def local_reply_cost(
+    joules: float | None, energy_source: str | None, seconds: float | None, rates: LocalCostRates
+) -> tuple[float | None, str]:
+    """A local reply's cost and where it comes from: "measured" (joules from a counter),
+    "estimated" (joules from a watts figure: the engine's at the time, or the user's watts ×
+    the reply's measured seconds) or "none" (no tariff, or neither figure: cost None).
+
+    The hardware's share (per hour × the reply's seconds) is added only to a known energy
+    cost, so a cost is never the hardware alone."""
+    if not rates.tariff_per_kwh > 0:
+        return None, "none"
+    if joules is not None and joules >= 0 and energy_source:
+        source = "estimated" if energy_source == "estimated" else "measured"
+    elif rates.estimated_watts > 0 and seconds is not None and seconds > 0:
+        joules, source = rates.estimated_watts * seconds, "estimated"
+    else:
+        return None, "none"
+    cost = joules / JOULES_PER_KWH * rates.tariff_per_kwh
+    if rates.hardware_per_hour > 0 and seconds:
+        cost += rates.hardware_per_hour * seconds / 3600
+    return cost, source

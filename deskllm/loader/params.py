@@ -1,11 +1,13 @@
 """The one builder of LoadParams from the user's settings (the GUI, the CLI, the self-test and
-the benchmark all call it; overrides are CLI flags or a benchmark's fixed values)."""
+the benchmark all call it; overrides are CLI flags or a benchmark's fixed values), and the
+rates a local reply's cost is figured with (`deskllm usage`, the Usage view)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from deskllm.engine.protocol import LoadParams
+from deskllm.hardware.energy_cost import LocalCostRates
 from deskllm.settings import Settings
 
 
@@ -20,6 +22,7 @@ def params_from_settings(settings: Settings, model_path: str, **overrides: Any) 
         n_threads=settings.n_threads,
         n_gpu_layers=settings.n_gpu_layers if settings.gpu_offload == "manual" else 0,
         gpu_auto=settings.gpu_offload == "auto",
+        auto_metric=settings.auto_config_metric,
         kv_type=settings.kv_type,
         flash_attn=settings.flash_attn,
         kv_ram_budget_mb=settings.kv_ram_budget_mb,
@@ -27,3 +30,16 @@ def params_from_settings(settings: Settings, model_path: str, **overrides: Any) 
         energy_watts=float(settings.energy_watts),
     )
     return LoadParams(**(base | {k: v for k, v in overrides.items() if v is not None}))
+
+
+def cost_rates_from_settings(settings: Settings, **overrides: float | None) -> LocalCostRates:
+    """The tariff, watts and hardware share per hour of `settings`; overrides that are not
+    None win (CLI flags)."""
+    hours = settings.hardware_hours
+    per_hour = settings.hardware_cost / hours if settings.hardware_cost > 0 and hours > 0 else 0
+    base = dict(
+        tariff_per_kwh=settings.electricity_price_per_kwh,
+        estimated_watts=float(settings.energy_watts),
+        hardware_per_hour=per_hour,
+    )
+    return LocalCostRates(**(base | {k: v for k, v in overrides.items() if v is not None}))

@@ -199,8 +199,8 @@ def test_usage_counts_tokens_per_engine_with_the_set_price(
     assert sorted(report) == ["local_share", "rows", "since"] and report["since"] is None
     rows = {row["engine"]: row for row in report["rows"]}
     assert sorted(rows) == ["desk", "local"]
-    keys = ["completion_tokens", "cost", "cost_source", "day", "engine", "model",
-            "prompt_tokens", "requests"]  # fmt: skip
+    keys = ["completion_tokens", "cost", "cost_per_mtok", "cost_source", "day", "engine",
+            "model", "prompt_tokens", "requests"]  # fmt: skip
     assert all(sorted(r) == keys for r in rows.values())
     local, remote = rows["local"], rows["desk"]
     assert local["model"] == starter_model.name and local["requests"] == 2
