@@ -79,6 +79,15 @@ class Settings:
         SettingSpec("GPU layers", minimum=-1, maximum=999, suffix=" layers",
                     special=(-1, "all layers"), enabled_when=("gpu_offload", "manual")),
     )  # fmt: skip
+    auto_config_metric: str = setting(
+        "decode",
+        SettingSpec("Automatic configuration", choices={
+            "decode": "Fastest measured decode (replies)",
+            "prompt": "Fastest measured prompt reading (long inputs)"},
+            enabled_when=("gpu_offload", "auto"),
+            help="after deskllm bench --suite, an automatic load takes the fastest measured "
+                 "configuration that fits by this speed"),
+    )  # fmt: skip
     usable_tps: int = setting(
         5,
         SettingSpec("Usable decode speed", "now", minimum=1, maximum=1000, suffix=" tok/s",

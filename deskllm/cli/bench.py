@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from deskllm.cli.chat import resolve_model
 from deskllm.engine.protocol import LoadParams
@@ -19,10 +20,32 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ctx", type=int, default=4096)
     p.add_argument("--rounds", type=int, default=3, help="decode rounds; medians are reported")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--suite",
+        action="store_true",
+        help="measure every configuration (CPU threads, devices, offload levels), choose the "
+        "fastest and store the result for automatic loads",
+    )
+    p.add_argument(
+        "--quick", action="store_true", help="--suite with every shape 8x smaller (seconds)"
+    )
+    p.add_argument(
+        "--allow-cpu-devices",
+        action="store_true",
+        help="--suite: measure CPU-type devices too (Mesa llvmpipe through Vulkan)",
+    )
+    p.add_argument(
+        "--metric",
+        choices=("decode", "prompt"),
+        default=None,
+        help="--suite: what fastest means (default: the automatic configuration setting)",
+    )
     p.set_defaults(func=cmd_bench)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    if args.suite:
+        return cmd_suite(args)
     from deskllm.measure.engine_bench import run_bench
 
     model_path = resolve_model(ModelLibrary(open_database()), args.model)
@@ -53,3 +76,60 @@ def cmd_bench(args: argparse.Namespace) -> int:
     )
     print(f"after kill -9    next reply's first text in {result['crash_recover_s']:.2f} s")
     return 0
+
+
+def cmd_suite(args: argparse.Namespace) -> int:
+    """`deskllm bench --suite`: progress on stderr, the result on stdout, stored for the
+    automatic load. Ctrl+C stops the engine and stores nothing."""
+    from deskllm import settings as user_settings
+    from deskllm.measure.suite import BenchSuite, SuiteCancelled
+    from deskllm.planner.measured_configs import save_suite
+
+    db = open_database()
+    model_path = resolve_model(ModelLibrary(db), args.model)
+    metric = args.metric or user_settings.load().auto_config_metric
+    suite = BenchSuite(
+        model_path,
+        quick=args.quick,
+        allow_cpu_devices=args.allow_cpu_devices,
+        metric=metric,
+        db=db,
+        on_progress=lambda line: print(line, file=sys.stderr, flush=True),
+    )
+    try:
+        result = suite.run()
+    except (KeyboardInterrupt, SuiteCancelled):
+        print("deskllm: benchmark cancelled; nothing was stored", file=sys.stderr)
+        return 130
+    save_suite(db, result)
+    if args.json:
+        print(json.dumps(result, indent=2, ensure_ascii=False))
+        return 0
+    print(format_suite(result))
+    return 0
+
+
+def format_suite(result: dict) -> str:
+    """The suite as a table, the choice and its reason."""
+    from deskllm.planner.measured_configs import config_label
+
+    def num(value: float | None, digits: int = 1) -> str:
+        return "-" if value is None else f"{value:.{digits}f}"
+
+    lines = [
+        f"model    {result['model']}",
+        f"{'config':<14}{'what':<34}{'prompt':>8}{'decode':>8}{'TTFT s':>8}{'score':>8}"
+        f"{'ceiling':>9}  status",
+    ]
+    for c in result["configs"]:
+        share = f"{c['ceiling_share']:.0%}" if c.get("ceiling_share") else "-"
+        status = c["abandoned"] or c["error"] or c["status"]
+        lines.append(
+            f"{c['id']:<14}{config_label(c)[:33]:<34}{num(c['pp_tps']):>8}{num(c['tg_tps']):>8}"
+            f"{num(c['ttft_s'], 2):>8}{num(c['score']):>8}{share:>9}  {status}"
+        )
+    ceiling = result["ceiling_tps"]
+    lines.append(f"chosen   {result['chosen']['id'] or 'none'}: {result['chosen']['reason']}")
+    if ceiling:
+        lines.append(f"ceiling  {ceiling:.0f} tok/s decode (memory bandwidth / bytes per token)")
+    return "\n".join(lines)

@@ -28,8 +28,10 @@ def run_hw(args: argparse.Namespace) -> int:
     """Print the report. Exit code 0: a failing probe is part of the report, not a failure."""
     from deskllm.hardware import probe_hardware, report_to_dict
     from deskllm.hardware.summary import format_summary
+    from deskllm.planner.measured_configs import cite_measurements
 
     report = probe_hardware(refresh_bandwidth=args.refresh_bandwidth)
+    report = cite_measurements(report)  # what `deskllm bench --suite` measured here
     if args.json:
         from deskllm.hardware.energy import energy_report
 

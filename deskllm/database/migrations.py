@@ -197,3 +197,26 @@ def m008_quality_results(db: Database) -> None:
     db["quality_results"].create_index(
         ["model", "reference", "text_sha256", "n_ctx"], unique=True
     )
+
+
+@migration
+def m009_bench_suites(db: Database) -> None:
+    # `deskllm bench --suite` results (deskllm.planner.measured_configs): every configuration's
+    # speeds for one model file on one machine and engine build; an automatic load takes the
+    # fastest measured configuration that fits from them.
+    db["bench_suites"].create(
+        {
+            "id": int,
+            "machine": str,  # deskllm.hardware.keys.machine_key
+            "engine_build": str,  # deskllm.llamacpp.build.build_id
+            "model_name": str,  # the model file's name (no folder) and size
+            "model_size": int,
+            "result": str,  # JSON: the command's whole object
+            "created_at": float,
+        },
+        pk="id",
+        not_null={"machine", "engine_build", "model_name", "model_size", "result", "created_at"},
+    )
+    db["bench_suites"].create_index(
+        ["machine", "engine_build", "model_name", "model_size"], unique=True
+    )

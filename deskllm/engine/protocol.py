@@ -23,6 +23,9 @@ class LoadParams:
     n_batch: int = 512
     n_gpu_layers: int = 0
     gpu_auto: bool = False  # let the planner choose n_gpu_layers for this machine
+    # With gpu_auto, after `deskllm bench --suite`: the fastest measured configuration by
+    # "decode" or "prompt" speed is loaded (deskllm.loader); the engine ignores it.
+    auto_metric: str = "decode"
     kv_type: str = "f16"  # f16 | q8_0 | q4_0 (quantized V needs flash_attn)
     flash_attn: bool = False
     use_extra_bufts: bool | None = None  # None: decided by the crash-safe probe

@@ -32,6 +32,7 @@ from deskllm.gui.tasks import TaskRunner
 from deskllm.hardware import HardwareReport, probe_hardware
 from deskllm.hardware.report import Device, EngineInfo
 from deskllm.hardware.summary import gib
+from deskllm.planner.measured_configs import cite_measurements
 
 API_TITLES = {"nvml": "NVIDIA (NVML)", "vulkan": "Vulkan", "opencl": "OpenCL", "metal": "Metal"}
 
@@ -99,7 +100,9 @@ class HardwarePanel(QWidget):
         self.refresh_button.setEnabled(False)
         self.bandwidth_button.setEnabled(False)
         self._tasks.run(
-            lambda: probe_hardware(refresh_bandwidth=refresh_bandwidth), self._on_probed
+            # the diagnosis cites what `deskllm bench --suite` measured here
+            lambda: cite_measurements(probe_hardware(refresh_bandwidth=refresh_bandwidth)),
+            self._on_probed,
         )
 
     def _on_probed(self, future: Future) -> None:

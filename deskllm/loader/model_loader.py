@@ -42,6 +42,7 @@ class LoadCheck:
     params: LoadParams
     plan: FitPlan | None
     corrections: Corrections
+    measured: str | None = None  # why a benchmark's configuration was taken (gpu_auto)
 
 
 def _this_machine_hardware() -> HardwareReport | None:
@@ -82,6 +83,7 @@ class ModelLoader:
         """Resolve `params` for this model and machine without loading: raises EngineError
         (BAD_MODEL, TOO_BIG) when the load would fail or cannot fit."""
         path = Path(params.model_path)
+        auto_threads = params.n_threads <= 0
         if header is None:
             try:
                 header = read_header(path)
@@ -98,14 +100,66 @@ class ModelLoader:
             report, use_extra_bufts=params.use_extra_bufts, corrections=lambda _a: corrections
         )
         plan = planner.plan(header, params.n_ctx * self.slots, params.kv_type)
+        measured = None
         if params.gpu_auto:
-            layers = plan.n_gpu_layers if plan.fit in ("gpu", "partial") else 0
-            params = replace(params, n_gpu_layers=layers, gpu_auto=False)
-        if report.memory.available_bytes > 0:
-            reason = planner.refusal(header, replace(params, n_ctx=params.n_ctx * self.slots))
-            if reason:
-                raise EngineError(f"{path.name} {reason}", ErrorKind.TOO_BIG)
-        return LoadCheck(params, plan, corrections)
+            measured = self._measured(
+                params, auto_threads, lambda p: self._refusal(planner, header, p) is None
+            )
+            if measured is not None:
+                params = measured[0]
+            else:
+                layers = plan.n_gpu_layers if plan.fit in ("gpu", "partial") else 0
+                params = replace(params, n_gpu_layers=layers, gpu_auto=False)
+        reason = self._refusal(planner, header, params)
+        if reason:
+            raise EngineError(f"{path.name} {reason}", ErrorKind.TOO_BIG)
+        return LoadCheck(params, plan, corrections, measured[1] if measured else None)
+
+    def _refusal(self, planner: FitPlanner, header: GgufHeader, params: LoadParams) -> str | None:
+        if planner.hardware.memory.available_bytes <= 0:
+            return None  # nothing known to check against
+        return planner.refusal(header, replace(params, n_ctx=params.n_ctx * self.slots))
+
+    def _measured(
+        self, params: LoadParams, auto_threads: bool, fits: Callable[[LoadParams], bool]
+    ) -> tuple[LoadParams, str] | None:
+        """The fastest configuration `deskllm bench --suite` measured for this model file on
+        this machine and engine build that fits now, as params, and why; None without one.
+        Threads come from it only when the user left them automatic."""
+        if self.db is None or params.vulkan_devices is not None:
+            return None  # no store, or the user named the device
+        from deskllm.planner.bench_choice import choose
+        from deskllm.planner.measured_configs import (
+            current_keys,
+            figures,
+            stored_suite,
+            vulkan_devices_of,
+        )
+
+        try:
+            result = stored_suite(self.db, current_keys(), params.model_path)
+        except Exception:  # a damaged record must not stop a load: plan as without one
+            log.warning("benchmark results unreadable; planning without them", exc_info=True)
+            return None
+        if result is None:
+            return None
+        by_id = {c["id"]: c for c in result["configs"]}
+
+        def as_params(config_id: str) -> LoadParams:
+            config = by_id[config_id]
+            return replace(
+                params,
+                n_gpu_layers=config["n_gpu_layers"],
+                vulkan_devices=vulkan_devices_of(config),
+                n_threads=config["n_threads"] if auto_threads else params.n_threads,
+                gpu_auto=False,
+            )
+
+        metric = params.auto_metric if params.auto_metric in ("decode", "prompt") else "decode"
+        chosen = choose(figures(result), metric, lambda c: fits(as_params(c.id)))
+        if chosen is None:
+            return None
+        return as_params(chosen[0].id), chosen[1]
 
     def load(
         self, params: LoadParams, on_progress: Callable[[float], None] | None = None

@@ -270,6 +270,17 @@ class FitPlanner:
             target=self.gpu.name if self.gpu else None,
         )
 
+    def tps_ceiling(
+        self,
+        header: GgufHeader | ModelShape,
+        n_ctx: int,
+        kv_type: str = "f16",
+        n_gpu_layers: int = 0,
+    ) -> float | None:
+        """The decode ceiling with exactly `n_gpu_layers` offloaded (see FitPlan)."""
+        shape = header if isinstance(header, ModelShape) else model_shape(header)
+        return self._tps_ceiling(shape, self.params(n_ctx, kv_type, n_gpu_layers))
+
     def _tps_ceiling(self, shape: ModelShape, params: EstimateParams) -> float | None:
         cpu_bytes, gpu_bytes = bytes_read_per_token(shape, params, params.n_ctx // 2)
         cpu_bw = self.hardware.bandwidth_gbps

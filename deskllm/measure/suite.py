@@ -1,0 +1,408 @@
+"""The benchmark suite: one model in every configuration this machine and engine build offer,
+measured through the app's own engine, and the fastest chosen (`deskllm bench --suite`).
+
+Configurations: the CPU with 1 … physical-core threads; each non-CPU device of the engine
+(CPU-type ones such as Mesa llvmpipe only when allowed) with every layer the planner says
+fits, and with half of them. Each is loaded with ModelLoader and first measured briefly (a
+short prompt and a few tokens, PROBE_SECONDS at most): one HOPELESS_FACTOR times slower than
+the best brief figure so far stops there, abandoned with its reason. The others run
+LocalScore-style prompt + generation shapes; their mean speeds and TTFT are the
+configuration's figures. No rule predicts which configuration wins on a machine (the same
+llvmpipe device was 1.6x faster than the CPU on one VM of a kind and 90x slower on another),
+so the automatic load follows this measurement (see deskllm.loader).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from sqlite_utils import Database
+
+from deskllm.engine.client import EngineClient
+from deskllm.engine.errors import EngineError
+from deskllm.engine.protocol import ChatMessage, Done, LoadParams, Sampling
+from deskllm.gguf.header import read_header
+from deskllm.hardware.report import HardwareReport
+from deskllm.loader import ModelLoader
+from deskllm.planner.bench_choice import ConfigFigures, abandon_reason, best_of, choose
+from deskllm.planner.fit import FitPlanner
+from deskllm.planner.measured_configs import config_label, current_keys, vulkan_devices_of
+
+# (prompt tokens, generated tokens): LocalScore's shapes, a short reply to a long prompt, a
+# long reply to a long prompt and a long reply to a short one.
+SHAPES = ((1024, 16), (2048, 256), (384, 1152))
+QUICK_DIVISOR = 8  # --quick: every shape 8x smaller (seconds on a small VM, same keys)
+N_CTX = 4096  # holds the largest shape with its chat template
+QUICK_N_CTX = 1024
+PROBE_PROMPT_TOKENS = 48
+PROBE_TOKENS = 16
+PROBE_SECONDS = 3.0  # a brief measurement stops here even if its tokens are not all out
+_TEXT = (
+    "the lighthouse keeper wrote in her log every evening the wind's direction the colour "
+    "of the sea the ships that passed and the birds that rested on the gallery rail over the "
+    "years the entries grew longer and she began to add the small things as well"
+)
+_WORDS = _TEXT.split(" ")
+
+Progress = Callable[[str], None]
+
+
+class SuiteCancelled(Exception):
+    """The suite was cancelled (BenchSuite.cancel); nothing is stored."""
+
+
+@dataclass(frozen=True)
+class SuiteConfig:
+    """One way to run the model here."""
+
+    id: str  # "cpu-2t", "vulkan0-31l"
+    backend: str  # "CPU" or the engine device's backend ("Vulkan", "CUDA", "Metal")
+    device: str  # the engine device ("CPU", "Vulkan0")
+    description: str  # the device's own name ("llvmpipe (LLVM 15.0.6, 256 bits)")
+    n_threads: int
+    n_gpu_layers: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(
+            id=self.id, backend=self.backend, device=self.device, description=self.description,
+            n_threads=self.n_threads, n_gpu_layers=self.n_gpu_layers,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ShapeResult:
+    prompt_tokens: int
+    generated_tokens: int
+    pp_tps: float | None
+    tg_tps: float | None
+    ttft_s: float | None
+    joules_per_token: float | None
+
+
+def suite_configs(
+    report: HardwareReport,
+    planner_for: Callable[[str | None], FitPlanner],
+    header: Any,
+    n_ctx: int,
+    allow_cpu_devices: bool = False,
+) -> tuple[list[SuiteConfig], list[str]]:
+    """Every configuration to measure, in the order that finds the likely best first (all
+    CPU threads, then devices, then fewer threads), and the devices left out with why."""
+    physical = report.cpu.cores_physical or report.cpu.cores_logical or 1
+    cpu = [SuiteConfig(f"cpu-{t}t", "CPU", "CPU", report.cpu.name, t, 0)
+           for t in range(physical, 0, -1)]  # fmt: skip
+    devices: list[SuiteConfig] = []
+    skipped: list[str] = []
+    for engine in report.engine.devices:
+        if engine.type == "cpu":
+            continue
+        target = next((t for t in report.offload_targets if t.engine_device == engine.name), None)
+        cpu_type = target.type == "cpu" if target else False
+        label = f"{engine.name} ({engine.description})"
+        if cpu_type and not allow_cpu_devices:
+            skipped.append(f"{label}: a CPU-type device, measured only with --allow-cpu-devices")
+            continue
+        try:
+            plan = planner_for(engine.name).plan(header, n_ctx)
+        except ValueError as exc:
+            skipped.append(f"{label}: {exc}")
+            continue
+        if plan.n_gpu_layers == 0:
+            skipped.append(f"{label}: not one layer fits its free memory ({plan.reason})")
+            continue
+        levels = sorted({plan.n_gpu_layers, plan.n_gpu_layers // 2} - {0}, reverse=True)
+        for layers in levels:
+            devices.append(
+                SuiteConfig(f"{engine.name.lower()}-{layers}l", engine.backend or engine.name,
+                            engine.name, engine.description, physical, layers)
+            )  # fmt: skip
+    return cpu[:1] + devices + cpu[1:], skipped
+
+
+def score(pp_tps: float | None, tg_tps: float | None, ttft_s: float | None) -> float | None:
+    """LocalScore-style: the geometric mean of prompt tok/s, decode tok/s and 1000 / TTFT in
+    ms, times 10 (higher is better)."""
+    if not (pp_tps and tg_tps and ttft_s):
+        return None
+    return round(10 * math.cbrt(pp_tps * tg_tps * (1.0 / ttft_s)), 1)
+
+
+class BenchSuite:
+    """Runs the suite for one model file. `cancel()` from any thread stops it (run() raises
+    SuiteCancelled); `on_progress` gets a line of text at each step."""
+
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        quick: bool = False,
+        allow_cpu_devices: bool = False,
+        metric: str = "decode",
+        db: Database | None = None,
+        hardware: HardwareReport | None = None,
+        on_progress: Progress | None = None,
+        base_params: LoadParams | None = None,
+    ) -> None:
+        self.model_path = str(Path(model_path))
+        self.quick = quick
+        self.allow_cpu_devices = allow_cpu_devices
+        self.metric = metric
+        self.db = db
+        self._hardware = hardware
+        self._progress = on_progress or (lambda _line: None)
+        self.n_ctx = QUICK_N_CTX if quick else N_CTX
+        self.shapes = tuple(
+            (max(1, pp // QUICK_DIVISOR), max(2, tg // QUICK_DIVISOR)) if quick else (pp, tg)
+            for pp, tg in SHAPES
+        )
+        # The prompt cache would only cost time here: every request is a new prompt.
+        self.base = replace(
+            base_params or LoadParams(self.model_path),
+            model_path=self.model_path, n_ctx=self.n_ctx, gpu_auto=False,
+            kv_ram_budget_mb=0, kv_disk_budget_mb=0,
+        )  # fmt: skip
+        self._cancelled = threading.Event()
+        self._client: EngineClient | None = None
+        self._words_per_token: float | None = None
+        self._overhead_tokens = 0.0
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+        client = self._client
+        if client is not None:
+            client.cancel()
+
+    # The run ----------------------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        report = self._hardware = self._hardware or _probe()
+        header = read_header(Path(self.model_path))
+
+        def planner_for(device: str | None) -> FitPlanner:
+            return FitPlanner(report, target=device, use_extra_bufts=self.base.use_extra_bufts)
+
+        configs, skipped = suite_configs(
+            report, planner_for, header, self.n_ctx, self.allow_cpu_devices
+        )
+        for line in skipped:
+            self._progress(f"left out: {line}")
+        keys = current_keys()
+        results: list[dict[str, Any]] = []
+        briefs: list[ConfigFigures] = []
+        with EngineClient() as client:
+            self._client = client
+            try:
+                for index, config in enumerate(configs, start=1):
+                    self._check()
+                    label = config_label(config.as_dict())
+                    self._progress(f"[{index}/{len(configs)}] {config.id}: {label}")
+                    row = self._measure(client, config, briefs)
+                    device = config.device if config.n_gpu_layers else None
+                    ceiling = planner_for(device).tps_ceiling(
+                        header, self.n_ctx, self.base.kv_type, config.n_gpu_layers
+                    )
+                    row["ceiling_tps"] = _rounded(ceiling)
+                    share = row["tg_tps"] / ceiling if ceiling and row["tg_tps"] else None
+                    row["ceiling_share"] = round(share, 3) if share else None
+                    results.append(row)
+                    self._progress(f"    {_summary(row)}")
+            finally:
+                self._client = None
+        figures = [
+            ConfigFigures(r["id"], config_label(r), r["tg_tps"], r["pp_tps"], r["status"])
+            for r in results
+        ]
+        chosen = choose(figures, self.metric)
+        by_id = {r["id"]: r for r in results}
+        return dict(
+            model=self.model_path,
+            configs=results,
+            chosen=({"id": chosen[0].id, "reason": chosen[1]} if chosen
+                    else {"id": None, "reason": "no configuration was measured in full"}),
+            ceiling_tps=by_id[chosen[0].id]["ceiling_tps"] if chosen else None,
+            machine=keys.machine,
+            engine_build=keys.engine_build,
+            hardware=f"{report.cpu.name}, {report.cpu.cores_physical or '?'} cores",
+            metric=self.metric,
+            quick=self.quick,
+            n_ctx=self.n_ctx,
+            shapes=[list(s) for s in self.shapes],
+            skipped=skipped,
+        )  # fmt: skip
+
+    def _measure(
+        self, client: EngineClient, config: SuiteConfig, briefs: list[ConfigFigures]
+    ) -> dict[str, Any]:
+        row: dict[str, Any] = config.as_dict() | dict(
+            pp_tps=None, tg_tps=None, ttft_s=None, score=None, joules_per_token=None,
+            status="failed", abandoned=None, error=None, seconds=None, shapes=[],
+        )  # fmt: skip
+        started = time.perf_counter()
+        params = replace(
+            self.base,
+            n_threads=config.n_threads,
+            n_gpu_layers=config.n_gpu_layers,
+            vulkan_devices=vulkan_devices_of(config.as_dict()),
+        )
+        conversation = uuid.uuid4().hex  # one per configuration: no KV state is switched
+        try:
+            ModelLoader(client, db=self.db, hardware=self._hardware).load(params)
+            if self._words_per_token is None:
+                self._calibrate(client, conversation)
+            brief = self._probe(client, conversation)
+            figures = ConfigFigures(config.id, config_label(row), brief.tg_tps, brief.pp_tps)
+            reason = abandon_reason(figures, best_of(briefs, self.metric), self.metric)
+            briefs.append(figures)
+            if reason is not None:
+                row.update(
+                    status="abandoned",
+                    abandoned=reason,
+                    pp_tps=_rounded(brief.pp_tps),
+                    tg_tps=_rounded(brief.tg_tps),
+                    ttft_s=_rounded(brief.ttft_s, 3),
+                )
+                return row
+            shapes = []
+            for pp, tg in self.shapes:
+                self._check()
+                shapes.append(self._shape(client, conversation, pp, tg))
+            row.update(_aggregate(shapes), status="measured")
+        except EngineError as exc:
+            self._check()  # a cancel ends the reply with an error: say cancelled, not failed
+            row["error"] = str(exc)
+        finally:
+            row["seconds"] = round(time.perf_counter() - started, 2)
+        return row
+
+    # Requests -----------------------------------------------------------------------------------
+    def _ask(self, client: EngineClient, conversation: str, prompt_tokens: int,
+             max_tokens: int, limit_s: float | None = None) -> Done:  # fmt: skip
+        """One reply to a fresh prompt of about `prompt_tokens` tokens; `limit_s`: cancel it
+        then (the figures so far are the result)."""
+        text = f"Note {uuid.uuid4().hex}. " + self._filler(prompt_tokens)
+        sampling = Sampling(temperature=0.0, repeat_penalty=1.0, max_tokens=max_tokens,
+                            ignore_eos=True)  # fmt: skip
+        lock = threading.Lock()
+        finished = False
+
+        def stop() -> None:
+            with lock:  # never a Cancel after this reply ended: it would stop the next one
+                if not finished:
+                    client.cancel()
+
+        timer = threading.Timer(limit_s, stop) if limit_s else None
+        reply = client.chat(conversation, [ChatMessage("user", text)], sampling)
+        try:
+            if timer is not None:
+                timer.daemon = True
+                timer.start()
+            reply.wait()
+        finally:
+            with lock:
+                finished = True
+            if timer is not None:
+                timer.cancel()
+        self._check()
+        if reply.done is None:
+            raise reply.error or EngineError("the reply ended without a result")
+        return reply.done
+
+    def _calibrate(self, client: EngineClient, conversation: str) -> None:
+        """Tokens per filler word for this model's tokenizer, and the chat template's own."""
+        self._words_per_token, self._overhead_tokens = 1.0, 0.0
+        short = self._ask(client, conversation, 40, 1).metrics.prompt_tokens
+        long = self._ask(client, conversation, 200, 1).metrics.prompt_tokens
+        tokens_per_word = max(0.1, (long - short) / 160)
+        self._words_per_token = 1.0 / tokens_per_word
+        self._overhead_tokens = max(0.0, short - 40 * tokens_per_word)
+
+    def _filler(self, tokens: int) -> str:
+        words = max(1, round((tokens - self._overhead_tokens) * (self._words_per_token or 1.0)))
+        return " ".join(_WORDS[i % len(_WORDS)] for i in range(words))
+
+    def _probe(self, client: EngineClient, conversation: str) -> ShapeResult:
+        """A short prompt and a few tokens, PROBE_SECONDS at most. A reply cut off before its
+        second token still bounds the decode speed: under one token per second it took."""
+        done = self._ask(client, conversation, PROBE_PROMPT_TOKENS, PROBE_TOKENS, PROBE_SECONDS)
+        result = _shape_result(done)
+        if result.tg_tps is None:
+            m = done.metrics
+            waited = PROBE_SECONDS - (m.ttft_s or PROBE_SECONDS)
+            bound = 1.0 / max(waited, 0.5) if m.generated_tokens else 1.0 / PROBE_SECONDS
+            result = replace(result, tg_tps=bound)
+        return result
+
+    def _shape(self, client: EngineClient, conversation: str, pp: int, tg: int) -> ShapeResult:
+        result = _shape_result(self._ask(client, conversation, pp, tg))
+        self._progress(
+            f"    pp {result.prompt_tokens} + tg {result.generated_tokens}: "
+            f"{_fmt(result.pp_tps)} / {_fmt(result.tg_tps)} tok/s, TTFT {_fmt(result.ttft_s, 2)} s"
+        )
+        return result
+
+    def _check(self) -> None:
+        if self._cancelled.is_set():
+            raise SuiteCancelled("the benchmark was cancelled")
+
+
+def _probe() -> HardwareReport:
+    from deskllm.hardware import probe_hardware
+
+    return probe_hardware(bandwidth=True)  # the ceiling needs the (cached) bandwidth
+
+
+def _shape_result(done: Done) -> ShapeResult:
+    m = done.metrics
+    return ShapeResult(m.prompt_tokens, m.generated_tokens, m.pp_tps, m.tg_tps, m.ttft_s,
+                       m.joules_per_token)  # fmt: skip
+
+
+def _mean(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.fmean(known) if known else None
+
+
+def _aggregate(shapes: list[ShapeResult]) -> dict[str, Any]:
+    pp = _mean([s.pp_tps for s in shapes])
+    tg = _mean([s.tg_tps for s in shapes])
+    ttft = _mean([s.ttft_s for s in shapes])
+    return dict(
+        pp_tps=_rounded(pp),
+        tg_tps=_rounded(tg),
+        ttft_s=_rounded(ttft, 3),
+        score=score(pp, tg, ttft),
+        joules_per_token=_rounded(_mean([s.joules_per_token for s in shapes]), 4),
+        shapes=[
+            dict(prompt_tokens=s.prompt_tokens, generated_tokens=s.generated_tokens,
+                 pp_tps=_rounded(s.pp_tps), tg_tps=_rounded(s.tg_tps),
+                 ttft_s=_rounded(s.ttft_s, 3))
+            for s in shapes
+        ],
+    )  # fmt: skip
+
+
+def _rounded(value: float | None, digits: int = 2) -> float | None:
+    return round(value, digits) if value is not None else None
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    return "?" if value is None else f"{value:.{digits}f}"
+
+
+def _summary(row: dict[str, Any]) -> str:
+    if row["status"] == "abandoned":
+        return f"{row['abandoned']} ({row['seconds']:.1f} s)"
+    if row["status"] == "failed":
+        return f"failed: {row['error']}"
+    share = f", {row['ceiling_share']:.0%} of the ceiling" if row.get("ceiling_share") else ""
+    return (
+        f"prompt {_fmt(row['pp_tps'])} tok/s, decode {_fmt(row['tg_tps'])} tok/s{share}, "
+        f"TTFT {_fmt(row['ttft_s'], 2)} s, score {_fmt(row['score'])} ({row['seconds']:.1f} s)"
+    )

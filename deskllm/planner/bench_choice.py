@@ -1,0 +1,91 @@
+"""Which measured configuration wins, and when a configuration is hopeless.
+
+Pure functions of the figures (tokens/s), so every rule is tested with given numbers: the
+benchmark suite (deskllm.measure.suite) abandons with `abandon_reason` and chooses with
+`choose`; the loader (deskllm.loader) takes `choose`'s answer for an automatic load.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+# A configuration this many times slower than the best so far, after a brief measurement,
+# is not measured in full: no later figure could make it the choice.
+HOPELESS_FACTOR = 10.0
+METRICS = ("decode", "prompt")  # what "fastest" means: decode (default) or prompt speed
+
+
+@dataclass(frozen=True)
+class ConfigFigures:
+    """One configuration's measured speeds (None: not measured); `status` is "measured" or
+    "abandoned" (a brief measurement only)."""
+
+    id: str
+    label: str  # in words: "CPU 2 threads", "Vulkan0 llvmpipe, 31 layers"
+    tg_tps: float | None
+    pp_tps: float | None
+    status: str = "measured"
+
+    def speed(self, metric: str) -> float | None:
+        return self.pp_tps if metric == "prompt" else self.tg_tps
+
+
+def abandon_reason(
+    candidate: ConfigFigures, best: ConfigFigures | None, metric: str = "decode"
+) -> str | None:
+    """Why `candidate`'s brief figure makes it hopeless against `best` so far, or None to
+    measure it in full ("abandoned: 1.6 tok/s, 90× slower than cpu-2t")."""
+    if best is None or best.id == candidate.id:
+        return None
+    fast, slow = best.speed(metric), candidate.speed(metric)
+    if not fast:
+        return None
+    if not slow:
+        return f"abandoned: no {_words(metric)} figure, while {best.id} ran at {fast:.1f} tok/s"
+    ratio = fast / slow
+    if ratio < HOPELESS_FACTOR:
+        return None
+    return f"abandoned: {slow:.1f} tok/s, {ratio:.0f}× slower than {best.id}"
+
+
+def best_of(configs: Sequence[ConfigFigures], metric: str = "decode") -> ConfigFigures | None:
+    """The fastest configuration with a figure, abandoned ones included (a brief figure is
+    still a figure: the best so far is what abandonment compares with)."""
+    timed = [c for c in configs if c.speed(metric)]
+    return max(timed, key=lambda c: c.speed(metric) or 0.0, default=None)
+
+
+def choose(
+    configs: Sequence[ConfigFigures],
+    metric: str = "decode",
+    fits: Callable[[ConfigFigures], bool] = lambda _c: True,
+) -> tuple[ConfigFigures, str] | None:
+    """The fastest fully measured configuration that `fits`, with the reason in words; None
+    when none was measured or none fits."""
+    if metric not in METRICS:
+        raise ValueError(f"metric must be one of {', '.join(METRICS)}, not {metric!r}")
+    ranked = sorted(
+        (c for c in configs if c.status == "measured" and c.speed(metric)),
+        key=lambda c: c.speed(metric) or 0.0,
+        reverse=True,
+    )
+    skipped: list[str] = []
+    for config in ranked:
+        if not fits(config):
+            skipped.append(config.id)
+            continue
+        speed = config.speed(metric) or 0.0
+        reason = f"fastest measured {_words(metric)}: {config.label} at {speed:.1f} tok/s"
+        others = [c for c in ranked if c is not config and c.id not in skipped]
+        if others:
+            runner = others[0]
+            reason += f", {speed / (runner.speed(metric) or 1.0):.2f}× the next ({runner.id})"
+        if skipped:
+            reason += f" ({', '.join(skipped)} faster but does not fit now)"
+        return config, reason
+    return None
+
+
+def _words(metric: str) -> str:
+    return "prompt speed" if metric == "prompt" else "decode speed"
