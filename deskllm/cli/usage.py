@@ -71,7 +71,10 @@ def cmd_usage(args: argparse.Namespace) -> int:
 
 
 def _money(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4f}"
+    """4 decimals, 6 below a cent (one local reply's electricity is a few millionths)."""
+    if value is None:
+        return "-"
+    return f"{value:.4f}" if value == 0 or value >= 0.01 else f"{value:.6f}"
 
 
 def local_cost_note(rates: LocalCostRates) -> str | None:

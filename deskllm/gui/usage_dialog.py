@@ -37,18 +37,26 @@ from deskllm.store.usage import Usage, UsageRow, per_model, tokens_per_day, usag
 PERIODS = [("Last 7 days", 6), ("Last 30 days", 29), ("Last 365 days", 364),
            ("Everything", None), ("Since a date", -1)]  # fmt: skip
 DEFAULT_PERIOD = 1
-SOURCE_TEXT = {
-    "measured": "measured energy × tariff",
-    "estimated": "estimated: watts figure × time × tariff",
-    "price": "the endpoint's price",
-    "none": "not priced",
+SOURCE_TEXT = {  # cost_source → (cell, tooltip)
+    "measured": ("measured energy", "joules from this machine's energy counter × the tariff"),
+    "estimated": (
+        "estimated energy",
+        "joules from the watts in Settings × the reply's time, "
+        "× the tariff: an estimate, not a measurement",
+    ),
+    "price": ("endpoint price", "the tokens at the price set for this endpoint's model"),
+    "none": ("not priced", "no tariff or price set, or no energy figure: never guessed"),
 }
 DAY_COLUMNS = ["Day", "Engine", "Model", "Requests", "Prompt tokens", "Completion tokens",
                "Cost", "Per M tokens", "Cost from"]  # fmt: skip
 
 
 def money(value: float | None) -> str:
-    return "—" if value is None else f"{value:.4f}"
+    """A cost in the tariff's currency: 4 decimals, 6 below a cent (one local reply's
+    electricity is often a few millionths)."""
+    if value is None:
+        return "—"
+    return f"{value:.4f}" if value == 0 or value >= 0.01 else f"{value:.6f}"
 
 
 def period_start(index: int, picked: datetime.date, today: datetime.date) -> str | None:
@@ -116,7 +124,7 @@ class UsageDialog(QDialog):
         layout.addWidget(self.note)
         layout.addWidget(buttons)
         line = self.fontMetrics().height()
-        self.resize(48 * line, 34 * line)
+        self.resize(64 * line, 36 * line)
 
         self.period.currentIndexChanged.connect(self._period_changed)
         self.since.dateChanged.connect(self.refresh)
@@ -178,7 +186,7 @@ class UsageDialog(QDialog):
         for i, row in enumerate(rows):
             cells = [row.engine, row.model, f"{row.requests:,}", f"{row.prompt_tokens:,}",
                      f"{row.completion_tokens:,}", money(row.cost), money(row.cost_per_mtok),
-                     SOURCE_TEXT.get(row.cost_source, row.cost_source)]  # fmt: skip
+                     SOURCE_TEXT.get(row.cost_source, (row.cost_source, ""))[0]]  # fmt: skip
             if with_day:
                 cells.insert(0, row.day)
             first_number = 3 if with_day else 2
@@ -188,6 +196,8 @@ class UsageDialog(QDialog):
                     item.setTextAlignment(
                         Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
                     )
+                if j == len(cells) - 1:
+                    item.setToolTip(SOURCE_TEXT.get(row.cost_source, ("", ""))[1])
                 table.setItem(i, j, item)
 
     def done(self, code: int) -> None:
@@ -205,10 +215,12 @@ def summary_text(report: Usage) -> str:
                         ("Remote", [r for r in report.rows if not r.local])):  # fmt: skip
         tokens = sum(r.tokens for r in rows)
         priced = [r.cost for r in rows if r.cost is not None]
-        cost = f", cost {sum(priced):.4f}" if priced else ""
+        cost = f", cost {money(sum(priced))}" if priced else ""
         if len(priced) < len(rows) and priced:
             cost += " (part not priced)"
-        parts.append(f"{label}: {sum(r.requests for r in rows):,} replies, {tokens:,} tokens{cost}")
+        replies = sum(r.requests for r in rows)
+        noun = "reply" if replies == 1 else "replies"
+        parts.append(f"{label}: {replies:,} {noun}, {tokens:,} tokens{cost}")
     share = report.local_share
     router = ("the router placed no replies" if share is None
               else f"the router kept {share:.0%} of its replies local")  # fmt: skip

@@ -48,20 +48,20 @@ def test_the_view_shows_each_day_model_and_cost_source(qtbot, seeded):
     assert [r[0] for r in rows] == [days.first] * 3 + [days.second] * 2
     measured = next(r for r in rows if r[0] == days.first and r[8].startswith("measured"))
     assert measured[1:6] == ["local", MODEL, "2", "150", "75"]
-    assert measured[6] == f"{kwh_cost(10800):.4f}"
+    assert measured[6] == f"{kwh_cost(10800):.6f}"  # below a cent: 6 decimals
     estimated = next(r for r in rows if r[8].startswith("estimated"))
-    assert estimated[6] == f"{kwh_cost(1800 + WATTS * 13):.4f}"
+    assert estimated[6] == f"{kwh_cost(1800 + WATTS * 13):.6f}"
     unpriced = next(r for r in rows if r[8] == "not priced")
     assert unpriced[3] == "1" and unpriced[6] == "—"
     remote = next(r for r in rows if r[1] == "desk")
-    assert remote[2] == "big" and remote[6] == "0.0035" and remote[8] == "the endpoint's price"
+    assert remote[2] == "big" and remote[6] == "0.003500" and remote[8] == "endpoint price"
     by_model = cells(dialog.per_model)
     assert len(by_model) == 4
     measured_total = next(r for r in by_model if r[7].startswith("measured"))
     assert measured_total[:3] == ["local", MODEL, "3"]
     summary = dialog.summary.text()
     assert "Local: 6 replies" in summary
-    assert "Remote: 1 replies, 1,100 tokens, cost 0.0035" in summary
+    assert "Remote: 1 reply, 1,100 tokens, cost 0.003500" in summary
     assert "the router kept 50% of its replies local" in summary
     assert dialog.chart.days == [DayTokens(days.first, 301, 0), DayTokens(days.second, 40, 1100)]
 
