@@ -27,6 +27,7 @@ class UsageChart(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.days: list[DayTokens] = []
+        self.setMouseTracking(True)  # each bar's figures in the tooltip
 
     def set_days(self, days: list[DayTokens]) -> None:
         self.days = list(days)
@@ -39,6 +40,21 @@ class UsageChart(QWidget):
         local = sum(d.local for d in self.days)
         remote = sum(d.remote for d in self.days)
         return f"Tokens per day: {local:,} local, {remote:,} remote in {len(self.days)} days"
+
+    def day_at(self, x: float) -> DayTokens | None:
+        """The day whose bar's slot holds `x` (None outside the bars)."""
+        if not self.days or not 1 <= x < self.width() - 1:
+            return None
+        slot = (self.width() - 2) / len(self.days)
+        return self.days[min(int((x - 1) / slot), len(self.days) - 1)]
+
+    def mouseMoveEvent(self, event) -> None:  # noqa: N802 (Qt name)
+        day = self.day_at(event.position().x())
+        if day is None:
+            self.setToolTip(self._summary())
+        else:
+            self.setToolTip(f"{day.day}: {day.local:,} tokens local, {day.remote:,} remote")
+        super().mouseMoveEvent(event)
 
     def sizeHint(self) -> QSize:  # noqa: N802 (Qt name)
         line = self.fontMetrics().height()

@@ -8,9 +8,13 @@ import pytest
 from usage_helpers import MODEL, TARIFF, WATTS, kwh_cost, seed
 
 from deskllm.database import open_database
+from deskllm.gui.qt import QPoint
+from deskllm.gui.settings_dialog import SettingsDialog
 from deskllm.gui.usage_chart import UsageChart, local_colour, remote_colour
 from deskllm.gui.usage_dialog import PERIODS, UsageDialog
 from deskllm.hardware.energy_cost import LocalCostRates
+from deskllm.loader.params import cost_rates_from_settings
+from deskllm.settings import Settings
 from deskllm.store.usage import DayTokens
 
 RATES = LocalCostRates(tariff_per_kwh=TARIFF, estimated_watts=WATTS)
@@ -82,10 +86,25 @@ def test_the_view_shows_each_day_model_and_cost_source(qtbot, seeded):
     dialog.close()
 
 
+def test_settings_has_the_fields_usage_prices_with(qtbot):
+    dialog = SettingsDialog(Settings())
+    qtbot.addWidget(dialog)
+    for name in ("electricity_price_per_kwh", "energy_watts", "hardware_cost", "hardware_hours"):
+        assert dialog.widgets[name].specialValueText() not in ("", None), name
+    dialog.set_value("electricity_price_per_kwh", 0.3)
+    dialog.set_value("hardware_cost", 1200.0)
+    dialog.set_value("hardware_hours", 6000)
+    edited = dialog.edited()
+    assert (edited.electricity_price_per_kwh, edited.hardware_cost) == (0.3, 1200.0)
+    assert cost_rates_from_settings(edited) == LocalCostRates(0.3, 0.0, 0.2)
+
+
 def test_the_chart_stacks_local_and_remote_tokens(qtbot):
     chart = UsageChart()
     qtbot.addWidget(chart)
     chart.resize(320, 160)
+    chart.show()
+    qtbot.waitExposed(chart)
     chart.set_days([DayTokens("2026-01-01", 300, 0), DayTokens("2026-01-02", 100, 300)])
     image = chart.grab().toImage()
     local, remote = local_colour(chart.palette()), remote_colour(chart.palette())
@@ -96,6 +115,9 @@ def test_the_chart_stacks_local_and_remote_tokens(qtbot):
     column = [image.pixelColor(240, y).rgb() for y in range(image.height())]
     assert local.rgb() in column and remote.rgb() in column
     assert column.index(remote.rgb()) < column.index(local.rgb())
+    qtbot.mouseMove(chart, QPoint(240, 100))  # over the second day's bar
+    assert chart.toolTip() == "2026-01-02: 100 tokens local, 300 remote"
+    assert chart.day_at(40) == DayTokens("2026-01-01", 300, 0)
     chart.set_days([])
     empty = chart.grab().toImage()
     assert colour_count(empty, remote) < 200  # the legend only
