@@ -1,4 +1,5 @@
-"""`deskllm usage [--since DATE] [--json]`: tokens and cost per day, engine and model."""
+"""`deskllm usage [--since DATE] [--tariff PRICE] [--watts W] [--json]`: tokens and cost per day,
+engine and model."""
 
 from __future__ import annotations
 
