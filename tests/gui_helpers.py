@@ -23,3 +23,8 @@ def send_and_wait(qtbot, win: MainWindow, text: str):
 
 def set_sampling(win: MainWindow, **sampling) -> None:
     win.store.update(win.chat.conversation_id, sampling=sampling)
+
+
+def listed(qtbot, win: MainWindow) -> None:
+    """Wait until the conversation list shows its latest read (it reads in the background)."""
+    qtbot.waitUntil(lambda: not win.sidebar.refreshing, timeout=5000)

@@ -215,8 +215,9 @@ class MainWindow(QMainWindow):
             line = self.fontMetrics().height()
             self.splitter.setSizes([16 * line, 54 * line])
         self.tabs.setCurrentIndex(self.gui_state.value("window/tab", 0, type=int))
-        self.sidebar.refresh(select=self.gui_state.value("chat/last_conversation"))
-        current = self.sidebar.current_id() or next(iter(self.sidebar.ids()), None)
+        last = self.gui_state.value("chat/last_conversation")
+        newest = self.store.list(limit=1)  # one row; the whole list is read in the background
+        current = last if last and self.store.exists(last) else next((c.id for c in newest), None)
         if current is None:
             self.new_conversation()
         else:
@@ -231,6 +232,7 @@ class MainWindow(QMainWindow):
             self.gui_state.setValue("chat/last_conversation", self.chat.conversation_id)
         self.gui_state.sync()
         self.chat.model_button.shutdown()
+        self.sidebar.shutdown()
         self.first_run.shutdown()
         self.models.shutdown()
         super().closeEvent(event)
@@ -366,7 +368,9 @@ class MainWindow(QMainWindow):
         self.bridge.forget(conversation_id)
         if conversation_id != self.chat.conversation_id:
             return
-        remaining = self.sidebar.ids() or [c.id for c in self.store.list(limit=1)]
+        # The next one the list shows (its reload is on its way), else the newest.
+        shown = [cid for cid in self.sidebar.ids() if cid != conversation_id]
+        remaining = shown or [c.id for c in self.store.list(limit=1)]
         if remaining:
             self.sidebar.refresh(select=remaining[0])
             self.chat.show_conversation(remaining[0])

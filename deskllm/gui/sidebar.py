@@ -8,12 +8,15 @@ Signals:
         which model a new chat should use).
     deleted(str): a conversation was deleted (its id).
     renamed(str): a conversation got a new title (its id).
+    refreshed(): the list shows the latest read (reads run on a background thread).
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import time
+from concurrent.futures import Future
 from pathlib import Path
 
 from deskllm.gui.qt import (
@@ -32,9 +35,12 @@ from deskllm.gui.qt import (
     QWidget,
     Signal,
 )
-from deskllm.store import ConversationStore
-from deskllm.store.conversations import MAX_SEARCH_CHARS
+from deskllm.gui.tasks import TaskRunner
+from deskllm.store import ConversationStore, open_database
+from deskllm.store.conversations import MAX_SEARCH_CHARS, Conversation
 from deskllm.store.export import ExportError, export_json, export_markdown, import_json
+
+log = logging.getLogger("deskllm.gui")
 
 SEARCH_DELAY_MS = 200  # search once the user pauses typing, not on every key
 _ID = Qt.ItemDataRole.UserRole
@@ -64,10 +70,18 @@ class ConversationSidebar(QWidget):
     new_requested = Signal()
     deleted = Signal(str)
     renamed = Signal(str)
+    refreshed = Signal()
 
     def __init__(self, store: ConversationStore, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.store = store
+        # The list and search read through a connection of their own on a background thread
+        # (a search runs full-text over every message): typing never waits on the database.
+        self._db_file = store.db.execute("PRAGMA database_list").fetchone()[2]
+        self._reader: ConversationStore | None = None  # opened on the task thread
+        self.tasks = TaskRunner("sidebar", self)
+        self._requested = self._shown = 0  # refresh generations: only the newest is shown
+        self._select: str | None = None  # the conversation the pending refresh selects
         self.busy_id: str | None = None  # the conversation being answered: not deletable
         self.error_box: QMessageBox | None = None  # the last export or import failure shown
         self.last_folder = Path.home()  # where the file dialogs open
@@ -121,11 +135,52 @@ class ConversationSidebar(QWidget):
         return item.data(_ID) if item is not None else None
 
     def refresh(self, select: str | None = None) -> None:
-        """Reload the list (search results while a search is typed) and keep or set the
-        current conversation without emitting `selected`."""
-        select = select or self.current_id()
+        """Reload the list (search results while a search is typed) in the background, then
+        select `select` (else keep the current conversation) without emitting `selected`."""
         query = self.search.text().strip()
-        conversations = self.store.search(query) if query else self.store.list()
+        self._requested += 1
+        generation = self._requested
+        if select:  # kept if a newer refresh supersedes this one before it is shown
+            self._select = select
+        if not self._db_file:  # an in-memory database has no second connection
+            self._show(generation, query, self._read_with(self.store, query))
+            return
+        self.tasks.run(
+            lambda: self._read_with(self._reader_store(), query),
+            lambda future: self._shown_or_logged(future, generation, query),
+        )
+
+    @property
+    def refreshing(self) -> bool:
+        """A refresh was asked for and its list is not shown yet."""
+        return self._shown < self._requested
+
+    def shutdown(self) -> None:
+        self.tasks.shutdown(wait=True)
+
+    def _reader_store(self) -> ConversationStore:
+        if self._reader is None:  # an SQLite connection belongs to the thread that opened it
+            self._reader = ConversationStore(open_database(self._db_file))
+        return self._reader
+
+    @staticmethod
+    def _read_with(store: ConversationStore, query: str) -> list[Conversation]:
+        return store.search(query) if query else store.list()
+
+    def _shown_or_logged(self, future: Future, generation: int, query: str) -> None:
+        try:
+            conversations = future.result()
+        except Exception:  # the list stays as it was; the next refresh tries again
+            log.exception("reading the conversation list failed")
+            self._shown = max(self._shown, generation)
+            self.refreshed.emit()
+            return
+        self._show(generation, query, conversations)
+
+    def _show(self, generation: int, query: str, conversations: list[Conversation]) -> None:
+        if generation < self._requested:
+            return  # a newer refresh is on its way: show only that one
+        select, self._select = self._select or self.current_id(), None
         self._refreshing = True
         self.list.clear()
         for conversation in conversations:
@@ -137,8 +192,12 @@ class ConversationSidebar(QWidget):
             if conversation.id == select:
                 self.list.setCurrentItem(item)
         self._refreshing = False
+        if self.list.currentItem() is not None:
+            self.list.scrollToItem(self.list.currentItem())
         self.no_results.setVisible(bool(query) and not conversations)
         self._update_buttons()
+        self._shown = generation
+        self.refreshed.emit()
 
     def ids(self) -> list[str]:
         return [self.list.item(i).data(_ID) for i in range(self.list.count())]
@@ -270,7 +329,6 @@ class ConversationSidebar(QWidget):
         self.last_folder = path.parent
         self.search.clear()  # an active search could hide it
         self.refresh(select=conversation.id)
-        self.list.scrollToItem(self.list.currentItem())
         self.selected.emit(conversation.id)
         return conversation.id
 

@@ -121,6 +121,10 @@ class ConversationStore:
     def get(self, conversation_id: str) -> Conversation:
         return _conversation(self.db["conversations"].get(conversation_id))
 
+    def exists(self, conversation_id: str) -> bool:
+        found = self.db.execute("select 1 from conversations where id = ?", [conversation_id])
+        return found.fetchone() is not None
+
     def list(self, limit: int | None = None) -> list[Conversation]:
         """Most recently active first."""
         rows = self.db["conversations"].rows_where(order_by="updated_at desc", limit=limit)

@@ -8,7 +8,7 @@ import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from gui_helpers import REPLY_TIMEOUT_MS  # noqa: E402
+from gui_helpers import REPLY_TIMEOUT_MS, listed  # noqa: E402
 
 from deskllm.engine.client import EngineClient  # noqa: E402
 from deskllm.gui.engine_bridge import EngineBridge  # noqa: E402
@@ -64,6 +64,7 @@ def make_window(qtbot, starter_model, deskllm_home, gui_state, load_overrides):
         win.show()
         with qtbot.waitSignal(bridge.loaded, timeout=REPLY_TIMEOUT_MS):
             win.load_model()
+        listed(qtbot, win)
         return win
 
     yield make

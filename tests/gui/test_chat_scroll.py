@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from gui_helpers import listed
 from PySide6.QtCore import QRect
 
 from deskllm.gui.qt import QApplication
@@ -51,6 +52,7 @@ def test_a_long_conversation_opens_at_its_last_message(qtbot, window):
     cid = _long_conversation(window.store)
     window.resize(*WINDOW_SIZE)
     window.sidebar.refresh()
+    listed(qtbot, window)
     window.sidebar.list.setCurrentRow(window.sidebar.ids().index(cid))  # as a click does
     chat = window.chat
     assert chat.conversation_id == cid and len(chat.widgets) == 40

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gui_helpers import type_and_send
+from gui_helpers import listed, type_and_send
 
 from deskllm.gui.main_window import MainWindow
 from deskllm.gui.qt import QApplication, Qt
@@ -52,6 +52,7 @@ def test_enter_sends_and_the_reply_is_streamed_and_stored(qtbot, window):
     assert "What is two plus two?" in widgets[0].plain_text()
     assert messages[1].content.strip().splitlines()[0][:20] in widgets[1].plain_text()
     assert "tok/s" in widgets[1].figures.text()
+    listed(qtbot, window)
     assert window.sidebar.list.currentItem().text() == "What is two plus two?"
     assert window.chat.title.full_text() == "What is two plus two?"
     assert window.chat.input.toPlainText() == ""
@@ -84,6 +85,7 @@ def test_geometry_splitter_tab_and_last_conversation_are_restored(qtbot, window,
     qtbot.addWidget(again)
     again.show()
     assert again.chat.conversation_id == chosen
+    listed(qtbot, again)
     assert again.sidebar.current_id() == chosen
     assert (again.width(), again.height()) == (760, 540)
     assert again.splitter.sizes() == sizes

@@ -3,6 +3,8 @@ keys work: pressed on the real window (offscreen), they do what the list says.""
 
 from __future__ import annotations
 
+from gui_helpers import listed
+
 from deskllm.gui.qt import QApplication, QKeySequence, QLineEdit, Qt
 from deskllm.gui.shortcuts_dialog import ShortcutsDialog, key_text, mnemonic, plain_text
 
@@ -71,6 +73,7 @@ def test_the_shortcuts_do_what_the_list_says(qtbot, window):
     qtbot.keyClick(window, Qt.Key.Key_N, CTRL)
     assert len(store.list()) == before + 1
     assert window.chat.conversation_id not in (None, first)
+    listed(qtbot, window)
     assert window.sidebar.current_id() == window.chat.conversation_id
 
     qtbot.keyClick(window, Qt.Key.Key_2, CTRL)
@@ -83,6 +86,8 @@ def test_the_shortcuts_do_what_the_list_says(qtbot, window):
     qtbot.keyClicks(window.sidebar.search, "zzz")
     assert window.sidebar.search.text() == "zzz"
     window.sidebar.search.clear()
+    qtbot.wait(300)  # the search's pause ends and the whole list is read again
+    listed(qtbot, window)
 
     qtbot.keyClick(QApplication.focusWidget(), Qt.Key.Key_F2)  # rename, in place
     editor = window.sidebar.list.findChild(QLineEdit)

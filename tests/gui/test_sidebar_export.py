@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+from gui_helpers import listed
+
 from deskllm.gui.qt import QFileDialog, QLineEdit
 
 FIGURES = {"generated_tokens": 12, "tg_tps": 88.5, "ttft_s": 0.05, "finish_reason": "stop"}
@@ -20,12 +22,13 @@ def _answer(sidebar, path) -> QFileDialog:
     return dialog
 
 
-def _seed(window) -> str:
+def _seed(qtbot, window) -> str:
     cid = window.chat.conversation_id
     window.store.update(cid, title="Trip: Lisbon")
     window.store.add_message(cid, "user", "Which tram goes to Belém?")
     window.store.add_message(cid, "assistant", "Tram 15 does.", metrics=FIGURES)
     window.sidebar.refresh(select=cid)
+    listed(qtbot, window)
     window.chat.show_conversation(cid)
     return cid
 
@@ -35,7 +38,7 @@ def _actions(menu) -> dict:
 
 
 def test_export_both_ways_from_the_menu_then_import_the_json(qtbot, window, tmp_path):
-    cid = _seed(window)
+    cid = _seed(qtbot, window)
     sidebar = window.sidebar
     sidebar.last_folder = tmp_path
     actions = _actions(sidebar.context_menu(on_item=True))
@@ -68,6 +71,7 @@ def test_export_both_ways_from_the_menu_then_import_the_json(qtbot, window, tmp_
     dialog.fileSelected.emit(str(tmp_path / "trip.json"))
     dialog.reject()
     imported = window.chat.conversation_id
+    listed(qtbot, window)
     assert imported != cid and sorted(sidebar.ids()) == sorted([cid, imported])
     assert sidebar.current_id() == imported
     assert sidebar.list.currentItem().text() == "Trip: Lisbon"
@@ -89,7 +93,7 @@ def test_a_refused_import_shows_why_and_adds_nothing(qtbot, window, tmp_path):
 
 
 def test_a_failed_export_shows_why(qtbot, window, tmp_path):
-    _seed(window)
+    _seed(qtbot, window)
     target = tmp_path / "missing folder" / "chat.md"
     assert not window.sidebar.export_to(target, "markdown")
     box = window.sidebar.error_box
