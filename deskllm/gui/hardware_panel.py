@@ -13,6 +13,7 @@ from __future__ import annotations
 from concurrent.futures import Future
 from datetime import datetime
 
+from deskllm.gui.bench_dialog import BenchSuiteDialog
 from deskllm.gui.qt import (
     QFont,
     QFormLayout,
@@ -74,8 +75,15 @@ class HardwarePanel(QWidget):
         self.bandwidth_button = QPushButton("Measure bandwidth again")
         self.bandwidth_button.setToolTip("Re-run the memory bandwidth test (a few seconds)")
         self.bandwidth_button.clicked.connect(lambda: self.refresh(refresh_bandwidth=True))
+        self.bench_button = QPushButton("Benchmark…")
+        self.bench_button.setToolTip(
+            "Measure a model in every configuration here; automatic loads then use the fastest"
+        )
+        self.bench_button.clicked.connect(self.open_benchmark)
+        self.bench_dialog: BenchSuiteDialog | None = None
         top = QHBoxLayout()
         top.addWidget(self.status, 1)
+        top.addWidget(self.bench_button)
         top.addWidget(self.bandwidth_button)
         top.addWidget(self.refresh_button)
         self.scroll = QScrollArea()
@@ -104,6 +112,24 @@ class HardwarePanel(QWidget):
             lambda: cite_measurements(probe_hardware(refresh_bandwidth=refresh_bandwidth)),
             self._on_probed,
         )
+
+    def open_benchmark(self) -> BenchSuiteDialog:
+        """The Benchmark dialog for the installed models (the starter first); the diagnosis
+        is probed again when it closes, to cite a new measurement."""
+        from deskllm.store import ModelLibrary, open_database
+
+        db = open_database()
+        try:
+            library = ModelLibrary(db)
+            starter = library.ensure_starter()
+            models = [m for m in library.list() if m.exists]
+        finally:
+            db.close()
+        models.sort(key=lambda m: starter is None or m.path != starter.path)
+        self.bench_dialog = BenchSuiteDialog([(m.name, m.path) for m in models], parent=self)
+        self.bench_dialog.finished.connect(lambda _code: self.refresh())
+        self.bench_dialog.show()
+        return self.bench_dialog
 
     def _on_probed(self, future: Future) -> None:
         self.probing = False

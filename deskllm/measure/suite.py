@@ -85,6 +85,7 @@ class ShapeResult:
     tg_tps: float | None
     ttft_s: float | None
     joules_per_token: float | None
+    bound: bool = False  # tg_tps is an upper bound: the reply was cut off before 2 tokens
 
 
 def suite_configs(
@@ -257,7 +258,9 @@ class BenchSuite:
             if self._words_per_token is None:
                 self._calibrate(client, conversation)
             brief = self._probe(client, conversation)
-            figures = ConfigFigures(config.id, config_label(row), brief.tg_tps, brief.pp_tps)
+            figures = ConfigFigures(
+                config.id, config_label(row), brief.tg_tps, brief.pp_tps, bound=brief.bound
+            )
             reason = abandon_reason(figures, best_of(briefs, self.metric), self.metric)
             briefs.append(figures)
             if reason is not None:
@@ -336,7 +339,7 @@ class BenchSuite:
             m = done.metrics
             waited = PROBE_SECONDS - (m.ttft_s or PROBE_SECONDS)
             bound = 1.0 / max(waited, 0.5) if m.generated_tokens else 1.0 / PROBE_SECONDS
-            result = replace(result, tg_tps=bound)
+            result = replace(result, tg_tps=bound, bound=True)
         return result
 
     def _shape(self, client: EngineClient, conversation: str, pp: int, tg: int) -> ShapeResult:

@@ -26,6 +26,7 @@ class ConfigFigures:
     tg_tps: float | None
     pp_tps: float | None
     status: str = "measured"
+    bound: bool = False  # the speed is an upper bound (a brief measurement cut off early)
 
     def speed(self, metric: str) -> float | None:
         return self.pp_tps if metric == "prompt" else self.tg_tps
@@ -46,7 +47,8 @@ def abandon_reason(
     ratio = fast / slow
     if ratio < HOPELESS_FACTOR:
         return None
-    return f"abandoned: {slow:.1f} tok/s, {ratio:.0f}× slower than {best.id}"
+    under = "under " if candidate.bound else ""
+    return f"abandoned: {under}{slow:.1f} tok/s, {ratio:.0f}× slower than {best.id}"
 
 
 def best_of(configs: Sequence[ConfigFigures], metric: str = "decode") -> ConfigFigures | None:

@@ -43,6 +43,8 @@ def test_a_config_ten_times_slower_than_the_best_so_far_is_abandoned_with_its_fi
     assert abandon_reason(dataclasses.replace(LAVAPIPE, tg_tps=14.7), CPU2) is not None
     # by prompt speed lavapipe is 7.5x slower here: not hopeless
     assert abandon_reason(LAVAPIPE, CPU2, "prompt") is None
+    cut_off = dataclasses.replace(LAVAPIPE, tg_tps=0.33, bound=True)  # no 2nd token in 3 s
+    assert abandon_reason(cut_off, CPU2) == "abandoned: under 0.3 tok/s, 445× slower than cpu-2t"
     no_token = dataclasses.replace(LAVAPIPE, tg_tps=None)
     assert abandon_reason(no_token, CPU2).startswith("abandoned: no decode speed figure")
 

@@ -1,0 +1,234 @@
+"""The Benchmark dialog: `deskllm bench --suite` with progress, cancel, the figures as a table
+and as bars, the choice and its reason (see deskllm.measure.suite). The suite runs on a
+worker thread in an engine process of its own; its result is stored like the command's, so
+the next automatic load takes the winner.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from typing import Any
+
+from deskllm.gui.qt import (
+    QAbstractItemView,
+    QCheckBox,
+    QColor,
+    QComboBox,
+    QDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPainter,
+    QPalette,
+    QPlainTextEdit,
+    QPushButton,
+    QSize,
+    Qt,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+from deskllm.gui.tasks import TaskRunner
+from deskllm.measure.suite import BenchSuite, SuiteCancelled
+from deskllm.planner.measured_configs import config_label, save_suite
+from deskllm.store import open_database
+
+COLUMNS = ("Configuration", "Prompt tok/s", "Decode tok/s", "TTFT s", "Score", "Of ceiling",
+           "Status")  # fmt: skip
+
+
+def _num(value: float | None, digits: int = 1) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+class SpeedBars(QWidget):
+    """Decode tok/s per configuration as horizontal bars, the chosen one in the highlight
+    colour, abandoned ones muted. Painted with QPainter: PySide6-Essentials (what the app
+    bundles) has no QtCharts, and a few bars do not need pyqtgraph."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.rows: list[tuple[str, float, str]] = []  # label, tok/s, "chosen" | "abandoned" | ""
+
+    def set_result(self, result: dict[str, Any]) -> None:
+        chosen = (result.get("chosen") or {}).get("id")
+        self.rows = [
+            (c["id"], c["tg_tps"] or 0.0,
+             "chosen" if c["id"] == chosen else ("abandoned" if c["status"] != "measured" else ""))
+            for c in result["configs"]
+        ]  # fmt: skip
+        self.updateGeometry()
+        self.update()
+
+    def sizeHint(self) -> QSize:  # noqa: N802 (Qt name)
+        line = self.fontMetrics().height()
+        return QSize(24 * line, max(1, len(self.rows)) * int(line * 1.5))
+
+    def paintEvent(self, _event) -> None:  # noqa: N802 (Qt name)
+        if not self.rows:
+            return
+        painter = QPainter(self)
+        metrics = self.fontMetrics()
+        line = int(metrics.height() * 1.5)
+        label_w = max(metrics.horizontalAdvance(r[0]) for r in self.rows) + 8
+        value_w = metrics.horizontalAdvance("0000.0 tok/s") + 8
+        width = max(1, self.width() - label_w - value_w)
+        top = max(r[1] for r in self.rows) or 1.0
+        palette = self.palette()
+        colours = {
+            "chosen": palette.color(QPalette.ColorRole.Highlight),
+            "abandoned": palette.color(QPalette.ColorRole.Mid),
+            "": palette.color(QPalette.ColorRole.Dark),
+        }
+        text = palette.color(QPalette.ColorRole.WindowText)
+        for i, (label, tps, kind) in enumerate(self.rows):
+            y = i * line
+            painter.setPen(text)
+            painter.drawText(0, y, label_w, line, Qt.AlignmentFlag.AlignVCenter, label)
+            bar = max(1, int(width * tps / top))
+            painter.fillRect(label_w, y + line // 6, bar, line - line // 3, QColor(colours[kind]))
+            painter.drawText(label_w + bar + 4, y, value_w, line, Qt.AlignmentFlag.AlignVCenter,
+                             f"{tps:.1f} tok/s")  # fmt: skip
+
+
+class BenchSuiteDialog(QDialog):
+    """Choose a model and the options, run, watch progress, cancel; the result stays shown."""
+
+    def __init__(
+        self, models: list[tuple[str, str]], metric: str = "decode", parent: QWidget | None = None
+    ) -> None:
+        """`models`: (name, path) of the installed models, the default one first."""
+        super().__init__(parent)
+        self.setWindowTitle("Benchmark this machine")
+        self.suite: BenchSuite | None = None
+        self.result: dict[str, Any] | None = None
+        self._tasks = TaskRunner("bench", self)
+
+        self.model_box = QComboBox()
+        for name, path in models:
+            self.model_box.addItem(name, path)
+        self.metric_box = QComboBox()
+        self.metric_box.addItem("Decode speed (replies)", "decode")
+        self.metric_box.addItem("Prompt speed (long inputs)", "prompt")
+        self.metric_box.setCurrentIndex(max(0, self.metric_box.findData(metric)))
+        self.allow_cpu_devices = QCheckBox(
+            "Also measure CPU-type devices (Mesa llvmpipe through Vulkan)"
+        )
+        self.quick = QCheckBox("Quick: every shape 8× smaller")
+        form = QFormLayout()
+        form.addRow("Model", self.model_box)
+        form.addRow("Fastest by", self.metric_box)
+        form.addRow("", self.allow_cpu_devices)
+        form.addRow("", self.quick)
+
+        self.status = QLabel(
+            "Measures the model on the CPU with each thread count and on each device the "
+            "engine can use; a configuration 10× slower than the best after a few tokens is "
+            "abandoned. Automatic loads then use the fastest that fits."
+        )
+        self.status.setWordWrap(True)
+        self.log = QPlainTextEdit()
+        self.log.setReadOnly(True)
+        self.log.setMaximumBlockCount(500)
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.bars = SpeedBars()
+        self.chosen = QLabel("")
+        self.chosen.setWordWrap(True)
+        self.run_button = QPushButton("Run benchmark")
+        self.run_button.clicked.connect(self.start)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setEnabled(False)
+        self.cancel_button.clicked.connect(self.cancel)
+        close = QPushButton("Close")
+        close.clicked.connect(self.reject)
+        buttons = QHBoxLayout()
+        buttons.addStretch(1)
+        buttons.addWidget(self.run_button)
+        buttons.addWidget(self.cancel_button)
+        buttons.addWidget(close)
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addWidget(self.status)
+        layout.addWidget(self.log, 1)
+        layout.addWidget(self.table, 1)
+        layout.addWidget(self.bars)
+        layout.addWidget(self.chosen)
+        layout.addLayout(buttons)
+
+    @property
+    def running(self) -> bool:
+        return self.suite is not None
+
+    def start(self) -> None:
+        if self.running or self.model_box.currentData() is None:
+            return
+        self.log.clear()
+        self.result = None
+        self.suite = BenchSuite(
+            self.model_box.currentData(),
+            quick=self.quick.isChecked(),
+            allow_cpu_devices=self.allow_cpu_devices.isChecked(),
+            metric=self.metric_box.currentData(),
+            on_progress=lambda line: self._tasks.post(self.log.appendPlainText, line),
+        )
+        suite = self.suite
+        self.status.setText("Measuring… (the machine is busy until it ends)")
+        self.run_button.setEnabled(False)
+        self.cancel_button.setEnabled(True)
+        self._tasks.run(lambda: self._run(suite), self._on_done)
+
+    @staticmethod
+    def _run(suite: BenchSuite) -> dict[str, Any]:
+        result = suite.run()
+        db = open_database()  # this worker thread's own connection
+        try:
+            save_suite(db, result)
+        finally:
+            db.close()
+        return result
+
+    def cancel(self) -> None:
+        if self.suite is not None:
+            self.status.setText("Cancelling…")
+            self.cancel_button.setEnabled(False)
+            self.suite.cancel()
+
+    def reject(self) -> None:
+        self.cancel()  # closing the dialog stops the suite too
+        super().reject()
+
+    def _on_done(self, future: Future) -> None:
+        self.suite = None
+        self.run_button.setEnabled(True)
+        self.cancel_button.setEnabled(False)
+        try:
+            result = future.result()
+        except SuiteCancelled:
+            self.status.setText("Cancelled: nothing was stored.")
+            return
+        except Exception as exc:
+            self.status.setText(f"The benchmark failed: {exc}")
+            return
+        self.show_result(result)
+        self.status.setText("Stored: automatic loads of this model now use the choice below.")
+
+    def show_result(self, result: dict[str, Any]) -> None:
+        self.result = result
+        self.table.setRowCount(len(result["configs"]))
+        for row, c in enumerate(result["configs"]):
+            share = f"{c['ceiling_share']:.0%}" if c.get("ceiling_share") else "–"
+            cells = (config_label(c), _num(c["pp_tps"]), _num(c["tg_tps"]),
+                     _num(c["ttft_s"], 2), _num(c["score"]), share,
+                     c.get("abandoned") or c.get("error") or c["status"])  # fmt: skip
+            for column, text in enumerate(cells):
+                self.table.setItem(row, column, QTableWidgetItem(text))
+        self.bars.set_result(result)
+        chosen = result["chosen"]
+        ceiling = result.get("ceiling_tps")
+        bound = f" The bandwidth ceiling is {ceiling:.0f} tok/s." if ceiling else ""
+        self.chosen.setText(f"Chosen: {chosen['id'] or 'none'} — {chosen['reason']}.{bound}")
