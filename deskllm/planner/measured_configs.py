@@ -148,10 +148,10 @@ def diagnosis_lines(db: Database, keys: MachineKeys) -> list[str]:
     lines = []
     for result in stored_suites(db, keys):
         chosen = result.get("chosen") or {}
-        use = f"; automatic loads use {chosen['id']}" if chosen.get("id") else ""
+        use = f"; the suite chose {chosen['id']}" if chosen.get("id") else ""
+        figures = measured_summary(result).removeprefix("measured: ")
         lines.append(
-            f"{Path(result['model']).name}, {measured_summary(result)} "
-            f"(deskllm bench --suite){use}."
+            f"{Path(result['model']).name}, measured by deskllm bench --suite: {figures}{use}."
         )
     return lines
 

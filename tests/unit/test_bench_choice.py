@@ -149,9 +149,9 @@ def test_results_are_stored_per_machine_build_and_model_file(tmp_path, starter_m
     assert stored_suite(db, keys, str(other_file)) is None
     [line] = diagnosis_lines(db, keys)
     assert line == (
-        f"{starter_model.name}, measured: CPU 2 threads 147.0 tok/s (61% of the 240 tok/s "
-        "ceiling), Vulkan0 llvmpipe, 31 layers 1.6 tok/s (abandoned), CPU 1 thread 90.0 tok/s "
-        "(deskllm bench --suite); automatic loads use cpu-2t."
+        f"{starter_model.name}, measured by deskllm bench --suite: CPU 2 threads 147.0 tok/s "
+        "(61% of the 240 tok/s ceiling), Vulkan0 llvmpipe, 31 layers 1.6 tok/s (abandoned), "
+        "CPU 1 thread 90.0 tok/s; the suite chose cpu-2t."
     )
 
 
@@ -194,4 +194,4 @@ def test_the_hardware_diagnosis_cites_the_stored_measurement(starter_model, desk
     assert cited.diagnosis[: len(desktop_with_llvmpipe.diagnosis)] == (
         desktop_with_llvmpipe.diagnosis
     )
-    assert cited.diagnosis[-1].startswith(f"{starter_model.name}, measured: CPU 2 threads 147.0")
+    assert cited.diagnosis[-1].startswith(f"{starter_model.name}, measured by deskllm bench")
