@@ -3,6 +3,10 @@ message box and the chat's buttons. Replies start through the EngineBridge; thei
 gathered as they come and only the reply's own widget re-renders, at most every
 REPAINT_INTERVAL_MS, so a long reply costs the same per token as a short one.
 
+A chat's model may be remote (NAME/MODEL, or "auto": the router): the panel keeps the
+RemoteCatalog the model menu lists them from, offers "Ask <remote model>" on the last reply
+while an endpoint allows routing, and shows a banner when the endpoint cannot answer.
+
 Signals:
     stream_started(str): a reply was requested for this conversation id.
     turn_finished(str, Reply): the reply ended (finished, stopped or failed) and is stored.
@@ -36,6 +40,9 @@ from deskllm.gui.qt import (
     QWidget,
     Signal,
 )
+from deskllm.gui.remote_banner import RemoteBanner
+from deskllm.gui.remote_catalog import RemoteCatalog
+from deskllm.gui.remote_targets import AUTO, AUTO_TITLE, ENDPOINT_DOWN, endpoint_of, is_remote
 from deskllm.gui.throttle import Throttle
 from deskllm.store import Conversation, ConversationStore, Message, ModelLibrary
 
@@ -88,7 +95,11 @@ class ChatPanel(QWidget):
         self._editing: Message | None = None
         self._follow = True  # keep the newest text in view until the user scrolls up
         self._throttle = Throttle(self._render_stream, REPAINT_INTERVAL_MS, self)
+        self.remote = RemoteCatalog(store.db, self)
+        bridge.routing_target = self.remote.routing_target
         self._build()
+        self.remote.changed.connect(self._update_buttons)
+        self.remote.refresh()  # the endpoints' model lists, in the background
         bridge.delta.connect(self._on_delta)
         bridge.finished.connect(self._on_finished)
 
@@ -104,7 +115,8 @@ class ChatPanel(QWidget):
         self.settings_button.setToolTip("Model, system prompt and sampling for this chat")
         self.settings_button.clicked.connect(self.open_settings)
         # The model switcher: what chats are answered with, on this machine's fit.
-        self.model_button = ModelMenuButton(self.library, self.plan_settings, self)
+        self.model_button = ModelMenuButton(self.library, self.plan_settings, self, self.remote)
+        self.model_button.chat_model_chosen.connect(self.use_chat_model)
         header = QHBoxLayout()
         header.addWidget(self.title, 2)
         header.addWidget(self.details, 1)
@@ -161,8 +173,12 @@ class ChatPanel(QWidget):
         for button in (self.regenerate_button, self.stop_button, self.send_button):
             row.addWidget(button)
 
+        self.remote_banner = RemoteBanner(self)
+        self.remote_banner.continue_locally.connect(self.continue_locally)
+
         layout = QVBoxLayout(self)
         layout.addLayout(header)
+        layout.addWidget(self.remote_banner)
         layout.addWidget(self.scroll, 1)
         layout.addWidget(self.edit_banner)
         layout.addWidget(self.input)
@@ -176,6 +192,8 @@ class ChatPanel(QWidget):
     # Conversation ----------------------------------------------------------------------------
     def show_conversation(self, conversation_id: str | None) -> None:
         self.cancel_edit()
+        if conversation_id != self.conversation_id:
+            self.remote_banner.hide()
         self.conversation_id = conversation_id
         self._drop_widgets(0)
         self._follow = True
@@ -188,10 +206,14 @@ class ChatPanel(QWidget):
         if not self.conversation_id:
             self.title.setText("")
             self.details.setText("")
+            self.model_button.set_chat_model(None)
             return
         conversation = self.store.get(self.conversation_id)
         self.title.setText(conversation.title)
+        self.model_button.set_chat_model(conversation.model)
         model = Path(conversation.model).name if conversation.model else "no model chosen"
+        if is_remote(conversation.model):
+            model = AUTO_TITLE if conversation.model == AUTO else conversation.model
         prompt = " · system prompt set" if conversation.system_prompt else ""
         self.details.setText(f"{model}{prompt}")
 
@@ -206,6 +228,37 @@ class ChatPanel(QWidget):
         self.settings_dialog = ConversationSettingsDialog(conversation, self.library.list(), self)
         self.settings_dialog.accepted.connect(self._settings_accepted)
         self.settings_dialog.open()
+
+    def use_chat_model(self, model: str) -> None:
+        """This chat is answered by `model` from now on: a remote NAME/MODEL, "auto", or the
+        loaded local model (nothing to load for any of them)."""
+        if not self.conversation_id:
+            return
+        self.store.update(self.conversation_id, model=model)
+        self.remote_banner.hide()
+        self.update_header()
+        self._update_buttons()
+        self.conversation_changed.emit(self.conversation_id)
+
+    def continue_locally(self) -> None:
+        """After a remote failure: switch this chat to the loaded local model and answer the
+        failed turn there (a failed reply anew, a cut-off one continued)."""
+        local = self.model_button.current
+        if local is None or not self.conversation_id:
+            return
+        self.use_chat_model(local)
+        last = self.widgets[-1].message if self.widgets else None
+        if last is not None and last.role == "assistant" and last.status == "error":
+            self.regenerate()
+        elif last is not None and last.role == "assistant" and last.status == "interrupted":
+            self.continue_reply()
+
+    def open_remote_engines(self) -> None:
+        """The Remote engines dialog: endpoints, their keys, routing and prices."""
+        from deskllm.gui.remote_engines import RemoteEnginesDialog
+
+        self.remote_dialog = RemoteEnginesDialog(self.remote, self)
+        self.remote_dialog.open()
 
     def _settings_accepted(self) -> None:
         dialog = self.settings_dialog
@@ -252,6 +305,18 @@ class ChatPanel(QWidget):
         cid = self.conversation_id
         self._start(lambda: self.bridge.regenerate(cid))
 
+    def ask_remote(self, target: str) -> None:
+        """Write the last reply anew on the remote model `target` (route reason "asked")."""
+        if not self.can_send() or not target:
+            return
+        messages = self.store.messages(self.conversation_id)
+        if not messages or messages[-1].role != "assistant":
+            return
+        self.store.delete_messages_from(self.conversation_id, messages[-1].id)
+        self._sync()
+        cid = self.conversation_id
+        self._start(lambda: self.bridge.regenerate(cid, ask=target))
+
     def continue_reply(self) -> None:
         """Go on with the interrupted last reply in place: the model takes its text as the
         start of its turn, and the same message (and bubble) grows."""
@@ -280,7 +345,10 @@ class ChatPanel(QWidget):
 
     def _start(self, request: Callable[[], None], continued: Message | None = None) -> None:
         cid = self.conversation_id
-        self.ensure_model(self.store.get(cid))
+        conversation = self.store.get(cid)
+        if not is_remote(conversation.model):  # the router uses whatever model is loaded
+            self.ensure_model(conversation)
+        self.remote_banner.hide()
         self._follow = True
         if continued is None:
             self._stream = _Stream(cid)
@@ -314,8 +382,19 @@ class ChatPanel(QWidget):
         if conversation_id == self.conversation_id:
             self._sync()  # the stored reply: final text, status, figures
             self.update_header()
+            self._remote_failed(event)
         self._update_buttons()
         self.turn_finished.emit(conversation_id, event)
+
+    def _remote_failed(self, reply) -> None:
+        """A chat on a remote model whose endpoint could not answer: the banner."""
+        error = getattr(reply, "error", None)
+        endpoint = endpoint_of(self.store.get(self.conversation_id).model)
+        if endpoint is None or error is None or error.kind not in ENDPOINT_DOWN:
+            return
+        local = self.model_button.current
+        self.remote_banner.show_failure(endpoint, error.reason,
+                                        Path(local).name if local else None)  # fmt: skip
 
     def _on_range_changed(self, _minimum: int, maximum: int) -> None:
         if self._follow:
@@ -366,6 +445,7 @@ class ChatPanel(QWidget):
         widget.edit_requested.connect(self.edit_message)
         widget.continue_requested.connect(self.continue_reply)
         widget.regenerate_requested.connect(self.regenerate)
+        widget.ask_requested.connect(self.ask_remote)
         self.messages_layout.insertWidget(self.messages_layout.count() - 1, widget)
         self.widgets.append(widget)
         self.empty_label.hide()
@@ -387,4 +467,17 @@ class ChatPanel(QWidget):
             widget.set_busy(self.busy)
             widget.set_actions(False)
         if self.widgets and can:
-            self.widgets[-1].set_actions(True)
+            last = self.widgets[-1]
+            last.set_ask_target(self._ask_target(last.message))
+            last.set_actions(True)
+
+    def _ask_target(self, message: Message) -> str | None:
+        """The remote model "Ask" offers on this reply: the routing target, unless the reply
+        came from it already or the chat is on it."""
+        target = self.remote.routing_target()
+        if target is None or message.role != "assistant" or message.id < 0:
+            return None
+        chat_model = self.store.get(self.conversation_id).model
+        if target in (chat_model, message.metrics.get("model")):
+            return None
+        return target

@@ -95,6 +95,31 @@ def dropped_note(metrics: dict) -> str:
     return f"{words} left out to fit the context{size}; the model did not see them."
 
 
+# Why a routed reply went remote, in words (the router's route_reason).
+ROUTE_REASONS = {
+    "asked": "you asked for it",
+    "context": "the conversation did not fit the local model's context",
+    "uncertain": "the local model was unsure",
+    "local_failed": "the local model failed",
+}
+
+
+def route_note(metrics: dict, model: str | None = None) -> str:
+    """Where a reply was written when it left this computer: the endpoint's name, the model
+    (the router's figures name it, else the message's `model`) and why; a local reply that
+    fell back from a remote one says that ("" otherwise)."""
+    engine = metrics.get("engine")
+    if engine and engine != "local":
+        answered = metrics.get("model") or model
+        model = f" ({answered})" if answered else ""
+        reason = metrics.get("route_reason")
+        why = f": {ROUTE_REASONS.get(reason, reason)}" if reason else ""
+        return f"Sent to remote endpoint {engine}{model}{why}."
+    if metrics.get("route_notice"):
+        return f"Answered on this computer: {metrics['route_notice']}."
+    return ""
+
+
 def metrics_line(metrics: dict) -> str:
     """One line of figures for a finished reply."""
     parts = []
@@ -145,6 +170,8 @@ def metrics_details(metrics: dict) -> str:
         ("Engine RAM", _fmt(metrics.get("rss_bytes"), "{}", mib)),
         ("VRAM", _fmt(metrics.get("vram_bytes"), "{}", mib)),
         ("Device", metrics.get("device")),
+        ("Engine", metrics.get("engine")),
+        ("Route", metrics.get("route_reason")),
         ("Energy", _energy(metrics)),
         ("  per token", energy_per_token(metrics)),
         ("  power prompt / decode", _power(metrics)),

@@ -2,6 +2,10 @@
 (in order: a load queued before a reply runs first) and hands their results to the GUI thread
 as Qt signals. Stop goes straight to the client (thread-safe).
 
+A conversation whose model is NAME/MODEL chats with that remote model, one whose model is
+"auto" through the router on the loaded local model (deskllm.gui.remote_targets); replies
+from either are stored and streamed exactly like local ones.
+
 Signals (all emitted on the GUI thread):
     load_progress(float): 0..1 while a model loads.
     loaded(Loaded): the model is ready.
@@ -15,12 +19,15 @@ Signals (all emitted on the GUI thread):
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from deskllm.engine.client import EngineClient
 from deskllm.engine.errors import EngineError
 from deskllm.engine.protocol import LoadParams, Metrics, TextDelta
 from deskllm.engine.reply import Reply
+from deskllm.gui import remote_targets
 from deskllm.gui.qt import QObject, Signal
 from deskllm.gui.tasks import TaskRunner
 from deskllm.loader import ModelLoader
@@ -46,6 +53,11 @@ class EngineBridge(QObject):
         self.tasks = TaskRunner("engine", self)
         self._session: ChatSession | None = None  # made on the task thread
         self._loader: ModelLoader | None = None
+        self._db = None  # the task thread's connection
+        # NAME/MODEL the router may escalate to now (set by the chat: the cached lists).
+        self.routing_target: Callable[[], str | None] = lambda: None
+        self._active_lock = threading.Lock()
+        self._active: Reply | None = None  # the reply streaming now, to stop a remote one
 
     # GUI thread -------------------------------------------------------------------------------
     def load(self, params: LoadParams) -> None:
@@ -61,11 +73,16 @@ class EngineBridge(QObject):
         self.tasks.run(self._unload)
 
     def send(self, conversation_id: str, text: str) -> None:
-        self.tasks.run(lambda: self._stream(conversation_id, lambda s: s.send(conversation_id,
-                                                                            text)))  # fmt: skip
+        target = self.routing_target()
+        start = lambda s: s.send(conversation_id, text)  # noqa: E731
+        self.tasks.run(lambda: self._stream(conversation_id, start, target))
 
-    def regenerate(self, conversation_id: str) -> None:
-        self.tasks.run(lambda: self._stream(conversation_id, lambda s: s.reply(conversation_id)))
+    def regenerate(self, conversation_id: str, ask: str | None = None) -> None:
+        """Write the last reply anew; `ask` (NAME/MODEL): on that remote model, through the
+        router (route reason "asked")."""
+        target = ask or self.routing_target()
+        start = lambda s: s.reply(conversation_id)  # noqa: E731
+        self.tasks.run(lambda: self._stream(conversation_id, start, target, ask is not None))
 
     def continue_reply(self, conversation_id: str) -> None:
         """Go on with the conversation's interrupted last reply, in the same message."""
@@ -79,6 +96,10 @@ class EngineBridge(QObject):
 
     def stop(self) -> None:
         self.client.cancel()
+        with self._active_lock:
+            active = self._active
+        if active is not None:
+            active.cancel()  # a remote stream, or the router's current one
 
     @property
     def loader(self) -> ModelLoader | None:
@@ -87,7 +108,7 @@ class EngineBridge(QObject):
         return self._loader
 
     def shutdown(self) -> None:
-        self.client.cancel()
+        self.stop()  # a remote stream too: its read would otherwise hold the exit
         self.tasks.shutdown(wait=True)
         self.client.close()
 
@@ -96,7 +117,7 @@ class EngineBridge(QObject):
         # An SQLite connection belongs to the thread that opened it: the task thread opens its
         # own (WAL lets it write while the GUI thread reads).
         if self._session is None or self._loader is None:
-            db = open_database(self.db_path)
+            db = self._db = open_database(self.db_path)
             self._session = ChatSession(self.client, ConversationStore(db))
             self._loader = ModelLoader(self.client, db=db)
         return self._loader, self._session
@@ -130,17 +151,47 @@ class EngineBridge(QObject):
         self.client.unload()
         self.tasks.post(self.unloaded.emit)
 
-    def _stream(self, conversation_id: str, start) -> None:
+    def _session_for(
+        self, conversation_id: str, target: str | None, asked: bool
+    ) -> tuple[ChatSession, Callable[[], None] | None]:
+        """The session that answers this conversation now, and what closes its client."""
+        local = self._parts()[1]
+        model = local.store.get(conversation_id).model
+        if asked or model == remote_targets.AUTO:
+            router = remote_targets.router(self._db, self.client, target)
+            if asked:
+                router.ask_remote_next()
+            return ChatSession(router, local.store, model=router.label), router.close
+        if remote_targets.is_remote(model):
+            remote = remote_targets.remote_model(self._db, model)
+            return ChatSession(remote, local.store, model=remote.label), remote.close
+        return local, None
+
+    def _stream(
+        self, conversation_id: str, start, target: str | None = None, asked: bool = False
+    ) -> None:
         reply: Reply | None = None
+        close = None
         try:
-            reply = start(self._parts()[1])
+            session, close = self._session_for(conversation_id, target, asked)
+            reply = start(session)
+            with self._active_lock:
+                self._active = reply
             for event in reply.events():
                 if isinstance(event, TextDelta):
                     self.tasks.post(self.delta.emit, conversation_id, event.text)
                 elif isinstance(event, Metrics):
                     self.tasks.post(self.metrics.emit, event)
+        except EngineError as exc:  # a remote endpoint that is gone: said as it is
+            reply = reply or Reply(iter(()))
+            reply.error = exc
         except Exception as exc:  # keep the GUI alive whatever the core raised
             log.exception("chat failed")
             reply = reply or Reply(iter(()))
             reply.error = EngineError(f"{type(exc).__name__}: {exc}")
+        finally:
+            with self._active_lock:
+                self._active = None
+            if close is not None:
+                close()
         self.tasks.post(self.finished.emit, conversation_id, reply)

@@ -7,6 +7,7 @@ Signals:
     edit_requested(Message): the user wants to edit and resend this (user) message.
     continue_requested(): continue this interrupted reply.
     regenerate_requested(): regenerate this reply.
+    ask_requested(str): write this reply anew on that remote model (NAME/MODEL).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from deskllm.gui.chat_render import (
     dropped_note,
     metrics_details,
     metrics_line,
+    route_note,
     split_blocks,
     status_note,
 )
@@ -201,6 +203,7 @@ class MessageWidget(QFrame):
     edit_requested = Signal(object)
     continue_requested = Signal()
     regenerate_requested = Signal()
+    ask_requested = Signal(str)
 
     def __init__(
         self,
@@ -212,6 +215,7 @@ class MessageWidget(QFrame):
         self.message = message
         self.open_url = open_url
         self.revision = 0
+        self.ask_target: str | None = None  # NAME/MODEL the Ask button sends to
         self._text: str | None = None
         self._views: list[ProseView | CodeBlockView] = []
         # Palette roles (not colours) so light and dark themes both work.
@@ -245,10 +249,14 @@ class MessageWidget(QFrame):
         self.continue_button.clicked.connect(self.continue_requested)
         self.regenerate_button = _tool_button("Regenerate", "Write this reply anew", self)
         self.regenerate_button.clicked.connect(self.regenerate_requested)
+        self.ask_button = _tool_button("Ask", "", self)
+        self.ask_button.clicked.connect(lambda: self.ask_requested.emit(self.ask_target))
+        self.ask_button.hide()
         notes = QHBoxLayout()
         notes.addWidget(self.note, 1)
         notes.addWidget(self.continue_button)
         notes.addWidget(self.regenerate_button)
+        notes.addWidget(self.ask_button)
         self.figures = QLabel(wordWrap=True)
         self.figures.setForegroundRole(QPalette.ColorRole.PlaceholderText)
 
@@ -264,7 +272,8 @@ class MessageWidget(QFrame):
         self.message = message
         streaming = message.status == "streaming"
         self.set_text(message.content if message.content or not streaming else "")
-        notes = [status_note(message), dropped_note(message.metrics)]
+        notes = [route_note(message.metrics, message.model), status_note(message),
+                 dropped_note(message.metrics)]  # fmt: skip
         self.note.setText("\n".join(n for n in notes if n))
         self.note.setVisible(bool(self.note.text()))
         line = "" if streaming else metrics_line(message.metrics)
@@ -310,6 +319,15 @@ class MessageWidget(QFrame):
         interrupted = self.message.status == "interrupted" and self.message.role == "assistant"
         self.continue_button.setVisible(enabled and interrupted)
         self.regenerate_button.setVisible(enabled and interrupted)
+        self.ask_button.setVisible(enabled and self.ask_target is not None)
+
+    def set_ask_target(self, target: str | None) -> None:
+        """Offer "Ask <target>" on this reply (None: no remote model may be asked)."""
+        self.ask_target = target if self.message.role == "assistant" else None
+        if self.ask_target:
+            self.ask_button.setText(f"Ask {self.ask_target}")
+            self.ask_button.setToolTip(f"Write this reply anew on {self.ask_target}: the "
+                                       "conversation is sent to that endpoint")  # fmt: skip
 
     def set_busy(self, busy: bool) -> None:
         self.edit_button.setEnabled(not busy)

@@ -2,11 +2,18 @@
 with a fit badge (full GPU, partial GPU, CPU, too large) planned for this machine, the loaded
 one checked; choosing one asks for the same load as the Models panel's Load button.
 
+Under a "Remote" heading it lists the models of the registered remote endpoints as
+NAME/MODEL, from the RemoteCatalog's cache (opening the menu never waits on the network; a
+stale cache is refreshed in the background), and "Auto (local first)" while an endpoint
+allows routing.
+
 Badges read each file's header and the hardware report, so they are planned off the GUI thread
 (TaskRunner) and filled in when they arrive; until then a model shows "…".
 
 Signals:
     model_chosen(str): the user chose this model file (path) to chat with.
+    chat_model_chosen(str): the user chose a model that needs no load for this chat: a remote
+        NAME/MODEL, "auto", or the loaded local model for a chat that was remote.
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from deskllm.gui.qt import QAction, QActionGroup, QMenu, QPoint, Qt, QToolButton, QWidget, Signal
+from deskllm.gui.remote_catalog import RemoteCatalog
+from deskllm.gui.remote_targets import AUTO, AUTO_TITLE, is_remote
 from deskllm.gui.tasks import TaskRunner
 from deskllm.store import InstalledModel, ModelLibrary
 
@@ -52,17 +61,25 @@ class ModelMenuButton(QToolButton):
     """Attributes:
     badges: path → (badge, reason) of every model planned so far, for the settings planned at.
     current: the loaded model's path (resolved), checked in the menu; None when none is.
+    chat_model: the open chat's model when it is remote (NAME/MODEL or "auto"), else None.
     """
 
     model_chosen = Signal(str)
+    chat_model_chosen = Signal(str)
 
     def __init__(
-        self, library: ModelLibrary, plan_settings: PlanSettings, parent: QWidget | None = None
+        self,
+        library: ModelLibrary,
+        plan_settings: PlanSettings,
+        parent: QWidget | None = None,
+        catalog: RemoteCatalog | None = None,
     ) -> None:
         super().__init__(parent)
         self.library = library
         self.plan_settings = plan_settings
+        self.catalog = catalog
         self.current: str | None = None
+        self.chat_model: str | None = None
         self.badges: dict[str, tuple[str, str]] = {}
         self._planned_for: tuple[int, str] | None = None
         self._planning: set[str] = set()
@@ -73,12 +90,24 @@ class ModelMenuButton(QToolButton):
         self.group = QActionGroup(self)
         self.group.setExclusive(True)
         # The library changes behind the menu's back (imports, downloads): read it each time.
-        self.menu().aboutToShow.connect(self.refresh)
+        self.menu().aboutToShow.connect(self._about_to_show)
+        if catalog is not None:
+            catalog.changed.connect(self.refresh)
         self.refresh()
+
+    def _about_to_show(self) -> None:
+        self.refresh()
+        if self.catalog is not None and self.catalog.stale():
+            self.catalog.refresh()  # in the background; the menu updates when it answers
 
     # Menu ------------------------------------------------------------------------------------
     def model_actions(self) -> list[QAction]:
-        return [a for a in self.menu().actions() if a.data()]
+        """The local models' actions (their data: the file's path)."""
+        return [a for a in self.menu().actions() if a.data() and not is_remote(a.data())]
+
+    def remote_actions(self) -> list[QAction]:
+        """Auto and the remote models' actions (their data: "auto" or NAME/MODEL)."""
+        return [a for a in self.menu().actions() if a.data() and is_remote(a.data())]
 
     def refresh(self) -> None:
         """Rebuild the menu from the library; plan the badges still missing."""
@@ -93,15 +122,65 @@ class ModelMenuButton(QToolButton):
             action = QAction(self._text(model), menu)
             action.setData(model.path)
             action.setCheckable(True)
-            action.setChecked(model.path == self.current)
+            action.setChecked(model.path == self.current and self.chat_model is None)
             action.setEnabled(model.exists)
             action.setToolTip(self._tip(model))
             action.triggered.connect(lambda _checked=False, p=model.path: self._chosen(p))
             self.group.addAction(action)
             menu.addAction(action)
+        self._add_remote(menu)
         menu.setToolTipsVisible(True)
         self._update_text()
         self._plan([m.path for m in models if m.exists])
+
+    def _add_remote(self, menu: QMenu) -> None:
+        endpoints = self.catalog.endpoints() if self.catalog is not None else []
+        if not endpoints:
+            return
+        menu.addSection("Remote")
+        choices: list[tuple[str, str, str]] = []  # (data, text, tooltip)
+        if self.catalog.any_routing():
+            target = self.catalog.routing_target()
+            tip = "The local model answers; no remote model listed yet"
+            if target:
+                tip = (
+                    f"The local model answers; a reply goes to {target} only when it must "
+                    "(too long for the local context, a local failure, or when you ask)"
+                )
+            choices.append((AUTO, AUTO_TITLE, tip))
+        for endpoint in endpoints:
+            probe = self.catalog.probes.get(endpoint.name)
+            if probe is None or not probe.models:
+                why = "asking for its models…" if probe is None else (probe.error or "no models")
+                menu.addAction(f"{endpoint.name}: {why}").setEnabled(False)
+                continue
+            for model in probe.models:
+                spec = f"{endpoint.name}/{model}"
+                choices.append((spec, spec, f"{model} on {endpoint.base_url}: messages in "
+                                "this chat are sent there"))  # fmt: skip
+        for data, text, tip in choices:
+            action = QAction(text, menu)
+            action.setData(data)
+            action.setCheckable(True)
+            action.setChecked(data == self.chat_model)
+            action.setToolTip(tip)
+            action.triggered.connect(lambda _checked=False, d=data: self._chat_chosen(d))
+            self.group.addAction(action)
+            menu.addAction(action)
+
+    def _chat_chosen(self, model: str) -> None:
+        if model != self.chat_model:
+            self.chat_model_chosen.emit(model)
+
+    def set_chat_model(self, model: str | None) -> None:
+        """The open chat's model: a remote one (NAME/MODEL or "auto") is shown and checked."""
+        self.chat_model = model if is_remote(model) else None
+        for action in self.menu().actions():
+            if action.isCheckable():
+                data = action.data()
+                action.setChecked(data == self.chat_model if self.chat_model
+                                  else data == self.current)  # fmt: skip
+        self._update_text()
 
     def _text(self, model: InstalledModel) -> str:
         if not model.exists:
@@ -115,6 +194,8 @@ class ModelMenuButton(QToolButton):
 
     def _update_text(self) -> None:
         name = next((m.name for m in self.library.list() if m.path == self.current), None)
+        if self.chat_model is not None:
+            name = AUTO_TITLE if self.chat_model == AUTO else self.chat_model
         text = f"Model: {name}" if name else "Choose a model"
         # Elided, so a long model name never sets the window's minimum width.
         self.setText(self.fontMetrics().elidedText(text, Qt.TextElideMode.ElideMiddle,
@@ -124,22 +205,23 @@ class ModelMenuButton(QToolButton):
     def set_current(self, path: str | None) -> None:
         """The model now loaded (None: none is)."""
         self.current = _resolved(path)
-        for action in self.model_actions():
-            action.setChecked(action.data() == self.current)
-        self._update_text()
+        self.set_chat_model(self.chat_model)
 
     def open_menu(self) -> None:
         """Show the menu under the button without blocking (keyboard: Ctrl+M), the loaded
         model highlighted so arrows and Enter pick another."""
         menu = self.menu()
         menu.popup(self.mapToGlobal(QPoint(0, self.height())))
-        checked = next((a for a in self.model_actions() if a.isChecked()), None)
+        actions = self.model_actions() + self.remote_actions()
+        checked = next((a for a in actions if a.isChecked()), None)
         if checked is not None:
             menu.setActiveAction(checked)
 
     def _chosen(self, path: str) -> None:
         if _resolved(path) != self.current:
             self.model_chosen.emit(path)
+        elif self.chat_model is not None:
+            self.chat_model_chosen.emit(path)  # back to the loaded model: no load needed
 
     # Badges ----------------------------------------------------------------------------------
     def _plan(self, paths: list[str]) -> None:
@@ -175,3 +257,5 @@ class ModelMenuButton(QToolButton):
 
     def shutdown(self) -> None:
         self._tasks.shutdown(wait=False)
+        if self.catalog is not None:
+            self.catalog.shutdown()
