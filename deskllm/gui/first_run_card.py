@@ -34,9 +34,12 @@ LOOKING = "Looking at what this computer can run…"
 
 
 def capacity_line(n_ctx: int, usable_tps: float) -> str:
-    """The planner's line for this machine (runs on a task thread: probes the hardware)."""
+    """The planner's line for this machine and the curated catalog's pick for it, as Discover
+    shows it (runs on a task thread: probes the hardware)."""
+    from deskllm.catalog.curated import load_curated
     from deskllm.hardware.probe import probe_hardware
-    from deskllm.planner.capacity import machine_capacity
+    from deskllm.planner.capacity import catalog_pick_line, machine_capacity
+    from deskllm.planner.catalog_plan import plan_catalog
     from deskllm.planner.machine import current_hardware, remember_hardware
 
     # The report the rest of the app plans with (the Hardware panel may have shared one);
@@ -45,7 +48,10 @@ def capacity_line(n_ctx: int, usable_tps: float) -> str:
     if report is None or report.bandwidth_gbps is None:
         report = probe_hardware()  # the bandwidth test is cached per machine
         remember_hardware(report)  # the planner's other users need not probe again
-    return machine_capacity(report, n_ctx, usable_tps).line
+    line = machine_capacity(report, n_ctx, usable_tps).line
+    planned = plan_catalog(load_curated(), report, n_ctx=n_ctx, usable_tps=usable_tps)
+    pick = catalog_pick_line(planned)
+    return f"{line} {pick}" if pick else line
 
 
 class FirstRunCard(QFrame):

@@ -1,7 +1,8 @@
 """What this machine can run, in one line: the largest of a ladder of reference models (real
 dense instruct models from 0.5B to 70B parameters, by their config.json shapes) that fits
 wholly in VRAM or wholly in RAM at Q4_K_M and a given context, and reaches a usable decode
-speed. The first-run card shows it; Discover lists actual models."""
+speed. The first-run card shows it, with the curated catalog's pick (catalog_pick_line);
+Discover lists actual models."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 
 from deskllm.catalog.synthetic_header import ShapeFacts, parameter_count, synthetic_header
 from deskllm.hardware.report import HardwareReport
+from deskllm.planner.catalog_plan import CatalogPlan
 from deskllm.planner.fit import USABLE_TPS, FitPlan, FitPlanner
 
 # Smallest first. Shapes of Qwen2.5 0.5B / 1.5B, Llama 3.2 1B / 3B, Llama 3.1 8B, Mistral Nemo
@@ -90,3 +92,23 @@ def machine_capacity(
         f"{where}{speed}, with a {ctx}."
     )
     return Capacity(n, on_gpu, plan.tps_ceiling, quant, n_ctx, plan, line)
+
+
+def catalog_pick_line(planned: CatalogPlan) -> str | None:
+    """The curated catalog's recommendation for this machine in one sentence, as Discover and
+    `deskllm recommend` pick it (None when nothing in the catalog fits). It may be larger than
+    the capacity line's dense model: a mixture of experts reads only its active experts per
+    token, so the sentence says so rather than seem to contradict it."""
+    best, quant = planned.recommended, planned.recommended_quant
+    if best is None or quant is None:
+        return None
+    speed = quant.plan.tps_ceiling
+    expected = f", ~{speed:.0f} tokens/s expected" if speed else ""
+    moe = (
+        f"; a mixture of experts, it reads only part of its {params_text(best.model.params)} "
+        "parameters per token, so it runs faster than its size suggests"
+        if best.model.is_moe
+        else ""
+    )
+    # The repo's own name: what Discover lists and the user looks for there.
+    return f"Recommended from the catalog: {best.model.repo_id} at {quant.quant}{expected}{moe}."

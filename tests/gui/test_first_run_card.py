@@ -21,6 +21,8 @@ def test_the_card_shows_what_the_machine_runs_and_leads_to_discover(qtbot, make_
     # This machine: the planner's line (a model size and where it runs), or why none fits.
     text = card.line.text()
     assert "parameters at Q4_K_M" in text or text.startswith("Even a 0.5B model"), text
+    # ... and the curated catalog's pick, as Discover and `deskllm recommend` make it.
+    assert "Recommended from the catalog: " in text or text.startswith("Even a 0.5B"), text
     card.discover_button.click()
     assert window.tabs.currentWidget() is window.models
     assert window.models.tabs.currentWidget() is window.models.discover

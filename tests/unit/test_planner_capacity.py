@@ -8,9 +8,16 @@ from pathlib import Path
 
 import pytest
 
+from deskllm.catalog.curated import load_curated
 from deskllm.catalog.synthetic_header import parameter_count, synthetic_header
 from deskllm.hardware import HardwareReport, report_from_dict
-from deskllm.planner.capacity import REFERENCE_SHAPES, machine_capacity, params_text
+from deskllm.planner.capacity import (
+    REFERENCE_SHAPES,
+    catalog_pick_line,
+    machine_capacity,
+    params_text,
+)
+from deskllm.planner.catalog_plan import plan_catalog
 from deskllm.planner.fit import FitPlanner
 
 PROFILES = Path(__file__).parent.parent / "data" / "hardware"
@@ -69,3 +76,30 @@ def test_a_machine_too_small_for_any_reference_model_says_so():
 def test_parameter_counts_read_as_model_names():
     assert [params_text(n) for n in (494_000_000, 1_540_000_000, 8_030_000_000, 70_600_000_000)
             ] == ["0.5B", "1.5B", "8B", "71B"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "name, pick",
+    [
+        ("cloud_vm_2core_24gb.json", "bartowski/Qwen_Qwen3-30B-A3B-GGUF at Q5_K_M"),
+        ("laptop_rtx4070_8gb.json", "bartowski/Qwen_Qwen3-8B-GGUF at Q6_K"),
+    ],
+)
+def test_the_catalog_pick_names_what_recommend_picks_and_explains_a_larger_moe(name, pick):
+    hardware = profile(name)
+    planned = plan_catalog(load_curated(), hardware)
+    line = catalog_pick_line(planned)
+    assert line is not None and line.startswith(f"Recommended from the catalog: {pick}")
+    assert planned.recommended_quant.quant == pick.split(" at ")[1]
+    # On the VM the dense line says 8B while the pick is a 30B mixture of experts: the
+    # sentence says why, instead of seeming to contradict it.
+    assert ("mixture of experts" in line) == planned.recommended.model.is_moe
+    assert billions(machine_capacity(hardware).parameters) == 8
+
+
+def test_no_catalog_pick_where_nothing_fits():
+    hardware = profile("desktop_cpu_16gb.json")
+    tiny = dataclasses.replace(
+        hardware, memory=dataclasses.replace(hardware.memory, available_bytes=100 << 20)
+    )
+    assert catalog_pick_line(plan_catalog(load_curated(), tiny)) is None
