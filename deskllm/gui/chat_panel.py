@@ -272,7 +272,17 @@ class ChatPanel(QWidget):
         return self._stream is not None
 
     def can_send(self) -> bool:
-        return bool(self.conversation_id) and self.model_ready and not self.busy
+        """A chat on a remote model needs no local model loaded."""
+        if not self.conversation_id or self.busy:
+            return False
+        return self.model_ready or self._remote_endpoint() is not None
+
+    def _remote_endpoint(self) -> str | None:
+        """The endpoint of the open chat's NAME/MODEL (None: local or Auto)."""
+        cid = self.conversation_id
+        if not cid or not self.store.exists(cid):  # (deleted, and not yet replaced)
+            return None
+        return endpoint_of(self.store.get(cid).model)
 
     def send(self) -> None:
         text = self.input.toPlainText().strip()
@@ -389,7 +399,7 @@ class ChatPanel(QWidget):
     def _remote_failed(self, reply) -> None:
         """A chat on a remote model whose endpoint could not answer: the banner."""
         error = getattr(reply, "error", None)
-        endpoint = endpoint_of(self.store.get(self.conversation_id).model)
+        endpoint = self._remote_endpoint()
         if endpoint is None or error is None or error.kind not in ENDPOINT_DOWN:
             return
         local = self.model_button.current
@@ -469,15 +479,15 @@ class ChatPanel(QWidget):
         if self.widgets and can:
             last = self.widgets[-1]
             last.set_ask_target(self._ask_target(last.message))
+            last.can_continue = self._remote_endpoint() is None
             last.set_actions(True)
 
     def _ask_target(self, message: Message) -> str | None:
-        """The remote model "Ask" offers on this reply: the routing target, unless the reply
-        came from it already or the chat is on it."""
+        """The remote model "Ask" offers on this reply: the routing target, in a chat on a
+        local model or Auto, unless the reply came from it already."""
         target = self.remote.routing_target()
         if target is None or message.role != "assistant" or message.id < 0:
             return None
-        chat_model = self.store.get(self.conversation_id).model
-        if target in (chat_model, message.metrics.get("model")):
-            return None
+        if message.metrics.get("model") == target or self._remote_endpoint() is not None:
+            return None  # answered by it already, or a chat on a remote model (no router)
         return target

@@ -216,6 +216,7 @@ class MessageWidget(QFrame):
         self.open_url = open_url
         self.revision = 0
         self.ask_target: str | None = None  # NAME/MODEL the Ask button sends to
+        self.can_continue = True  # False in a chat on a remote model: it cannot go on in place
         self._text: str | None = None
         self._views: list[ProseView | CodeBlockView] = []
         # Palette roles (not colours) so light and dark themes both work.
@@ -317,7 +318,7 @@ class MessageWidget(QFrame):
         """Continue / Regenerate next to an interrupted reply: only on the last message, and
         only while nothing is being generated."""
         interrupted = self.message.status == "interrupted" and self.message.role == "assistant"
-        self.continue_button.setVisible(enabled and interrupted)
+        self.continue_button.setVisible(enabled and interrupted and self.can_continue)
         self.regenerate_button.setVisible(enabled and interrupted)
         self.ask_button.setVisible(enabled and self.ask_target is not None)
 

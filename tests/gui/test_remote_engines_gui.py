@@ -175,6 +175,17 @@ def test_a_chat_on_a_remote_model_streams_is_stored_and_marked(window, qtbot, de
     stopped = window.store.messages(cid)[-1]
     assert stopped.status == "interrupted" and stopped.content
     assert stopped.metrics["finish_reason"] == "cancelled"
+    assert not chat.widgets[-1].continue_button.isVisible()  # a remote reply cannot go on
+    assert chat.widgets[-1].regenerate_button.isVisible()
+
+    # No local model needed: with it unloaded, the remote chat goes on.
+    with qtbot.waitSignal(window.bridge.unloaded, timeout=REPLY_TIMEOUT_MS):
+        window.bridge.unload()
+    assert not chat.model_ready and chat.send_button.isEnabled()
+    set_sampling(window, **SHORT)
+    final = send_and_wait(qtbot, window, "Thanks.")
+    assert isinstance(final, Done), final
+    assert window.store.messages(cid)[-1].metrics["engine"] == "desk"
 
 
 def test_a_killed_remote_shows_a_banner_and_the_chat_continues_locally(
