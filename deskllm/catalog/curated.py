@@ -265,17 +265,22 @@ class RefreshResult:
 
 def refreshed_files(model: CuratedModel, details: Any) -> tuple[CuratedFile, ...]:
     """The model's quants with the Hub's real paths, sizes and sha256 (a RepoDetails from
-    HubCatalog.repo), matched by quant label; quants the repo lacks are dropped, and a repo
-    that lists none of them keeps the curated files as they are."""
-    by_quant = {
-        normalize_label(f.quant): f for f in details.files if f.quant and f.complete and f.parts
-    }
-    files = []
-    for f in model.files:
-        hub_file = by_quant.get(normalize_label(f.quant))
-        if hub_file is not None:
-            files.append(CuratedFile(f.quant, hub_file.first_path, hub_file.size,
+    HubCatalog.repo), matched by quant label, smallest first. Quants the repo lacks are
+    dropped; quants it added since the catalog was made join when the planner has a mix for
+    them (a label it cannot plan, F16 say, would be planned at the wrong size); a repo that
+    lists none of them keeps the curated files as they are."""
+    curated = {normalize_label(f.quant): f for f in model.files}
+    files, seen = [], set()
+    for hub_file in details.files:
+        label = normalize_label(hub_file.quant or "")
+        if not (hub_file.complete and hub_file.parts) or label in seen:
+            continue
+        if label in curated or label in QUANT_MIXES:
+            seen.add(label)
+            quant = curated[label].quant if label in curated else label
+            files.append(CuratedFile(quant, hub_file.first_path, hub_file.size,
                                      hub_file.sha256, False))  # fmt: skip
+    files.sort(key=lambda f: f.size_bytes)
     return tuple(files) or model.files
 
 

@@ -4,6 +4,7 @@ answer is what loads."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 
 from curated_helpers import REPO, STEM, serve_curated_repo
@@ -41,6 +42,13 @@ def test_a_refresh_replaces_estimates_with_the_hubs_sizes(hub, quant_ladder, mon
     assert all(m.refreshed_at is None and m.files[0].size_estimated for m in others)
     elsewhere = load_curated(cache=CatalogCache(), endpoint="https://huggingface.co")
     assert elsewhere.model(REPO).files[0].size_estimated
+
+    # A quant the repo gained since the catalog was made joins it (here: Q8_0 left out).
+    older = dataclasses.replace(
+        shipped.model(REPO), files=tuple(f for f in shipped.model(REPO).files if f.quant != "Q8_0")
+    )
+    gained = refresh_curated(only.__class__(only.catalog_date, (older,)), HubCatalog(cache))
+    assert [f.quant for f in gained.catalog.model(REPO).files] == ["Q4_K_M", "Q8_0"]
 
     # Offline, a refresh answers from what was cached and says it did not reach the Hub.
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
