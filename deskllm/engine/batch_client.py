@@ -223,15 +223,17 @@ class BatchEngineClient:
         *,
         continue_reply: bool = False,
         drop_old_turns: bool = True,
+        tools_json: str | None = None,
+        raw_prompt: str | None = None,
     ) -> Reply:
         """One reply, streaming as it is read; nothing is sent until it is read. Replies read
         at once share the engine's slots (more than n_slots wait inside the engine).
         `conversation_id` is not used to find a cache: the slot whose tokens share the longest
-        prefix with the prompt is taken, whichever conversation left them. `continue_reply`
-        and `drop_old_turns` as EngineClient.chat."""
+        prefix with the prompt is taken, whichever conversation left them. `continue_reply`,
+        `drop_old_turns`, `tools_json` and `raw_prompt` as EngineClient.chat."""
         request_id = next(self._ids)
         request = Chat(request_id, conversation_id, tuple(messages), sampling or Sampling(),
-                       continue_reply, drop_old_turns)  # fmt: skip
+                       continue_reply, drop_old_turns, tools_json, raw_prompt)  # fmt: skip
         return Reply(self._chat_events(request), lambda: self.cancel_request(request_id))
 
     def _chat_events(self, request: Chat) -> Iterator[Event]:

@@ -29,7 +29,7 @@ import llama_cpp as L  # noqa: E402
 
 from deskllm.engine import runtime as single  # noqa: E402
 from deskllm.engine.errors import EngineError  # noqa: E402
-from deskllm.engine.protocol import LoadParams, Sampling  # noqa: E402
+from deskllm.engine.protocol import LoadParams, Sampling, TokenLogprob  # noqa: E402
 from deskllm.engine.slots import Slot, choose_slot, share_budget  # noqa: E402
 from deskllm.engine.stop_strings import StopMatcher  # noqa: E402
 
@@ -73,6 +73,10 @@ class StepOutput:
     finish: str | None = None
     stop_string: str | None = None
     error: EngineError | None = None
+    # Sampling.token_logprobs: the sampled token's entry and its whole text (before stop
+    # strings), for the worker's LogprobTrail.
+    logprob: TokenLogprob | None = None
+    piece: str = ""
 
 
 class BatchRuntime:
@@ -82,6 +86,8 @@ class BatchRuntime:
     bos_text = single.LlamaRuntime.bos_text
     eos_text = single.LlamaRuntime.eos_text
     tokenize = single.LlamaRuntime.tokenize
+    token_detail = single.LlamaRuntime.token_detail
+    token_bytes = single.LlamaRuntime.token_bytes
     make_sampler = single.LlamaRuntime.make_sampler
     _parse_buffers = single.LlamaRuntime._parse_buffers
 
@@ -285,19 +291,29 @@ class BatchRuntime:
         run.generated += 1
         n = L.llama_token_to_piece(self.vocab, token, self._piece_buf, 256, 0, False)
         piece = run.decoder.decode(self._piece_buf.raw[:n]) if n > 0 else ""
+        s = run.sampling
+        lp = self.token_detail(token, s.top_logprobs, run.batch_index) if s.token_logprobs else None
         text, stopped = run.matcher.feed(piece)
         if stopped:
-            return self._finish(run, "stop", text, run.matcher.matched)
+            return self._finish(run, "stop", text, run.matcher.matched, lp, piece)
         if run.generated >= run.max_tokens:
-            return self._finish(run, "length", text + run.matcher.flush())
+            return self._finish(run, "length", text + run.matcher.flush(), None, lp, piece)
         if len(run.slot.tokens) >= self.n_ctx_seq:
-            return self._finish(run, "context_full", text + run.matcher.flush())
+            return self._finish(run, "context_full", text + run.matcher.flush(), None, lp, piece)
         run.feed.append(token)  # decoded with the next step; a finished reply leaves it out
-        return StepOutput(run, text)
+        return StepOutput(run, text, logprob=lp, piece=piece)
 
-    def _finish(self, run: SlotRun, reason: str, text: str, stop: str | None = None) -> StepOutput:
+    def _finish(
+        self,
+        run: SlotRun,
+        reason: str,
+        text: str,
+        stop: str | None = None,
+        logprob: TokenLogprob | None = None,
+        piece: str = "",
+    ) -> StepOutput:
         self._release(run)
-        return StepOutput(run, text, finish=reason, stop_string=stop)
+        return StepOutput(run, text, reason, stop, logprob=logprob, piece=piece)
 
     def close(self) -> None:
         for run in list(self.running.values()):

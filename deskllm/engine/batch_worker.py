@@ -36,6 +36,9 @@ from deskllm.engine.protocol import (
     StatusReport,
     TextDelta,
 )
+from deskllm.engine.raw_prompt import fit_raw_prompt
+from deskllm.engine.token_logprobs import LogprobTrail
+from deskllm.engine.tool_prompt import tools_of
 from deskllm.gguf.header import GgufError, read_header
 
 log = logging.getLogger("deskllm.engine")
@@ -58,6 +61,8 @@ class ReplyState:
     received: float
     dropped: int = 0
     warnings: list[str] = field(default_factory=list)
+    trail: LogprobTrail = field(default_factory=LogprobTrail)  # Sampling.token_logprobs
+    sent: int = 0  # characters of text sent
     text: list[str] = field(default_factory=list)
     pending: list[str] = field(default_factory=list)
     last_text: float = 0.0
@@ -215,6 +220,7 @@ class BatchWorker:
         max_tokens: int,
         continue_reply: bool,
         drop_old_turns: bool = True,
+        tools: list[dict] | None = None,
     ) -> tuple[list[int], int, str | None]:
         """Render and tokenize; drop the oldest turns (never the system prompt or the last
         message, nor the question of a reply being continued) until the prompt and room for
@@ -224,7 +230,7 @@ class BatchWorker:
         dropped = 0
         kept = 2 if continue_reply else 1
         while True:
-            rendered = self.template.render(messages, continue_reply=continue_reply)
+            rendered = self.template.render(messages, continue_reply=continue_reply, tools=tools)
             tokens = self.runtime.tokenize(rendered.text)
             if len(tokens) + reserve <= n_ctx:
                 return tokens, dropped, rendered.warning
@@ -265,10 +271,16 @@ class BatchWorker:
             return
         state = ReplyState(time.perf_counter())
         try:
-            tokens, state.dropped, warning = self.fit_prompt(
-                list(request.messages), request.sampling.max_tokens, request.continue_reply,
-                request.drop_old_turns,
-            )  # fmt: skip
+            if request.raw_prompt is not None:
+                tokens, warning = fit_raw_prompt(
+                    self.runtime.tokenize, request.raw_prompt, request.sampling.max_tokens,
+                    self.runtime.n_ctx_seq,
+                ), None  # fmt: skip
+            else:
+                tokens, state.dropped, warning = self.fit_prompt(
+                    list(request.messages), request.sampling.max_tokens, request.continue_reply,
+                    request.drop_old_turns, tools_of(request),
+                )  # fmt: skip
         except TemplateRefused as exc:
             self.send(Error(rid, str(exc), kind="template"))
             return
@@ -286,6 +298,8 @@ class BatchWorker:
             state = self.replies.get(rid)
             if state is None:
                 continue
+            if out.logprob is not None:
+                state.trail.add(out.logprob, out.piece)
             if out.text:
                 state.text.append(out.text)
                 state.pending.append(out.text)
@@ -316,7 +330,9 @@ class BatchWorker:
 
     def send_text(self, rid: int, state: ReplyState) -> None:
         if state.pending:
-            self.send(TextDelta(rid, "".join(state.pending)))
+            text = "".join(state.pending)
+            state.sent += len(text)
+            self.send(TextDelta(rid, text, state.trail.take(state.sent)))
             state.pending.clear()
 
     def metrics(self, run, state: ReplyState) -> Metrics:

@@ -20,6 +20,7 @@ from jinja2.exceptions import SecurityError
 from deskllm.engine import template_limits
 from deskllm.engine.protocol import ChatMessage
 from deskllm.engine.template_limits import BoundedSandbox, TemplateLimitError
+from deskllm.engine.tool_prompt import message_dict, tools_in_text
 
 MAX_OUTPUT_CHARS = 4_000_000
 MAX_RENDER_S = 2.0
@@ -71,6 +72,7 @@ class ChatTemplate:
         self.eos_token = eos_token
         self.warning: str | None = None
         self.template = None
+        self._knows_tools: bool | None = None  # found out on the first request with tools
         self.fallback = self.env.from_string(CHATML)
         if not source:
             self.warning = "the model has no chat template; using ChatML"
@@ -101,25 +103,59 @@ class ChatTemplate:
     def source(self) -> str:
         return "model" if self.template is not None else "fallback"
 
-    def _context(self, messages: list[ChatMessage] | tuple[ChatMessage, ...]) -> dict[str, Any]:
-        return {
-            "messages": [{"role": m.role, "content": m.content} for m in messages],
+    def _context(
+        self,
+        messages: list[ChatMessage] | tuple[ChatMessage, ...],
+        tools: list[dict] | None = None,
+    ) -> dict[str, Any]:
+        context: dict[str, Any] = {
+            "messages": [message_dict(m) for m in messages],
             "add_generation_prompt": True,
             "bos_token": self.bos_token,
             "eos_token": self.eos_token,
         }
+        if tools:
+            context["tools"] = tools
+        return context
+
+    def knows_tools(self) -> bool:
+        """Whether the model's template writes the `tools` it is given into the prompt (a
+        sample conversation rendered with one tool and without differs)."""
+        if self.template is None:
+            return False
+        if self._knows_tools is None:
+            probe = [{"type": "function", "function": {"name": "probe_tool_x", "parameters": {}}}]
+            try:
+                with_tool = _render_limited(
+                    self.template, self._context(SAMPLE_CONVERSATION, probe)
+                )
+                plain = _render_limited(self.template, self._context(SAMPLE_CONVERSATION))
+                self._knows_tools = "probe_tool_x" in with_tool and with_tool != plain
+            except Exception:  # noqa: BLE001 - a template that fails on tools does not know them
+                self._knows_tools = False
+        return self._knows_tools
 
     def render(
-        self, messages: list[ChatMessage] | tuple[ChatMessage, ...], *, continue_reply: bool = False
+        self,
+        messages: list[ChatMessage] | tuple[ChatMessage, ...],
+        *,
+        continue_reply: bool = False,
+        tools: list[dict] | None = None,
     ) -> RenderedPrompt:
         """The prompt for the next assistant turn. `continue_reply`: the last message is a
         partial assistant reply; the prompt is the turns before it with the generation prompt,
-        then its text as the start of the turn (not closed), so the model goes on with it."""
+        then its text as the start of the turn (not closed), so the model goes on with it.
+        `tools`: OpenAI's tool list, given to a template that knows tools and described in
+        the system message otherwise (tool_prompt)."""
         if continue_reply:
             *head, partial = messages
-            rendered = self.render(head)
+            rendered = self.render(head, tools=tools)
             return replace(rendered, text=rendered.text + partial.content)
-        context = self._context(messages)
+        uses_tools = bool(tools) or any(m.tool_calls_json or m.role == "tool" for m in messages)
+        as_text = tools_in_text(messages, tools) if uses_tools else messages
+        if uses_tools and not self.knows_tools():
+            messages, tools = as_text, None
+        context = self._context(messages, tools)
         if self.template is not None:
             try:
                 text = _render_limited(self.template, context)
@@ -132,14 +168,14 @@ class ChatTemplate:
                 # Kept for the next turn: the size may come from this conversation's messages.
                 warning = f"the model's chat template was refused: {exc}; using ChatML"
             except _Deadline:
-                warning = self._refuse(
-                    f"the chat template ran longer than {MAX_RENDER_S:.0f} s"
-                )
+                warning = self._refuse(f"the chat template ran longer than {MAX_RENDER_S:.0f} s")
             except Exception as exc:  # a template is untrusted code: any failure means fallback
                 warning = f"the chat template failed ({type(exc).__name__}: {exc}); using ChatML"
         else:
             warning = self.warning
-        return RenderedPrompt(_render_limited(self.fallback, context), "fallback", warning)
+        # ChatML knows no tools: they go into the text.
+        return RenderedPrompt(_render_limited(self.fallback, self._context(as_text)), "fallback",
+                              warning)  # fmt: skip
 
     def _refuse(self, reason: str) -> str:
         """Stop using a template: it would cost as much again on every turn."""

@@ -9,6 +9,7 @@ a fresh worker and loads the last model again.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import logging
 import multiprocessing
@@ -201,27 +202,22 @@ class EngineClient:
         wait_if_busy: bool = True,
         continue_reply: bool = False,
         drop_old_turns: bool = True,
+        tools_json: str | None = None,
+        raw_prompt: str | None = None,
     ) -> Reply:
         """One reply, streaming as it is read (see Reply). Nothing is sent until the reply
         is read; a reply read while another streams waits for it (or raises EngineBusy with
         wait_if_busy=False). `continue_reply`: the last message is a partial assistant reply
         and the Reply is its continuation (the new text only). `drop_old_turns` False: a
-        conversation that does not fit fails (kind CONTEXT) before it is evaluated."""
-        events = self._chat_events(
-            conversation_id, tuple(messages), sampling, wait_if_busy, continue_reply,
-            drop_old_turns,
-        )  # fmt: skip
+        conversation that does not fit fails (kind CONTEXT) before it is evaluated.
+        `tools_json`: the tools the model may call (OpenAI's list as JSON text), given to the
+        chat template. `raw_prompt`: a text to continue as it is, without the template."""
+        request = Chat(0, conversation_id, tuple(messages), sampling or Sampling(),
+                       continue_reply, drop_old_turns, tools_json, raw_prompt)  # fmt: skip
+        events = self._chat_events(request, wait_if_busy)
         return Reply(events, self.cancel)
 
-    def _chat_events(
-        self,
-        conversation_id: str,
-        messages: tuple[ChatMessage, ...],
-        sampling: Sampling | None,
-        wait_if_busy: bool,
-        continue_reply: bool = False,
-        drop_old_turns: bool = True,
-    ) -> Iterator[Event]:
+    def _chat_events(self, request: Chat, wait_if_busy: bool) -> Iterator[Event]:
         """The events of one reply, holding the request lock until it ends or its reader
         drops it (the lock is taken on the first read, so an unread reply holds nothing)."""
         if not self._request_lock.acquire(blocking=wait_if_busy):
@@ -232,8 +228,7 @@ class EngineClient:
                 yield restarted
                 return
             request_id = next(self._ids)
-            self._send(Chat(request_id, conversation_id, messages, sampling or Sampling(),
-                            continue_reply, drop_old_turns))  # fmt: skip
+            self._send(dataclasses.replace(request, request_id=request_id))
             for event in self._events(request_id):
                 if getattr(event, "request_id", request_id) not in (request_id, None):
                     continue  # late events of an earlier, abandoned request

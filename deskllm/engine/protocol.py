@@ -61,6 +61,10 @@ class Sampling:
     # (before penalties and temperature) for the first N tokens: Metrics.token_logprobs.
     # The router reads them as the reply's uncertainty; 0 costs nothing.
     logprobs: int = 0
+    # Every sampled token's TokenLogprob (the API's `logprobs`), with the `top_logprobs` most
+    # likely tokens at its place, sent with the TextDelta that carries its text.
+    token_logprobs: bool = False
+    top_logprobs: int = 0
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> Sampling:
@@ -75,6 +79,11 @@ class Sampling:
 class ChatMessage:
     role: str
     content: str
+    # Tool use (the API's tools): an assistant turn's calls as JSON text (a list of OpenAI
+    # tool calls), and a tool turn's answer to one call.
+    tool_calls_json: str | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
 
 
 # Requests ------------------------------------------------------------------------------------
@@ -96,6 +105,12 @@ class Chat:
     # tokenizing, before anything is evaluated, instead of leaving old turns out (the
     # router sends it to a larger model).
     drop_old_turns: bool = True
+    # The tools the model may call (OpenAI's `tools` list as JSON text), given to the chat
+    # template (see tool_prompt).
+    tools_json: str | None = None
+    # A text to continue as it is, without the chat template (the API's /v1/completions):
+    # `messages` are then not used. A prompt that does not fit fails with kind "context".
+    raw_prompt: str | None = None
 
 
 @dataclass(frozen=True)
@@ -147,9 +162,23 @@ class Loaded:
 
 
 @dataclass(frozen=True)
+class TokenLogprob:
+    """One token's log-probability under the model's own distribution (raw logits: before
+    penalties, grammar and temperature), with the most likely tokens at its place."""
+
+    token: str
+    bytes: bytes
+    logprob: float
+    top: tuple[TokenLogprob, ...] = ()
+
+
+@dataclass(frozen=True)
 class TextDelta:
     request_id: int
     text: str
+    # Sampling.token_logprobs: the tokens whose text starts in this delta (tokens of a stop
+    # string that ended the reply are not sent).
+    logprobs: tuple[TokenLogprob, ...] = ()
 
 
 @dataclass(frozen=True)

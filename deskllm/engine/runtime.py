@@ -421,6 +421,22 @@ class LlamaRuntime:
         top = float(logits.max())
         return float(logits[token]) - top - float(np.log(np.exp(logits - top).sum()))
 
+    def token_detail(self, token: int, top_n: int, index: int = -1):
+        """The TokenLogprob of `token` under the logits of batch position `index` (raw, as
+        token_logprob), with the `top_n` most likely tokens. Valid until the next decode."""
+        import numpy as np
+
+        from deskllm.engine.token_logprobs import token_logprob
+
+        logits = np.ctypeslib.as_array(L.llama_get_logits_ith(self.ctx, index), (self.n_vocab,))
+        return token_logprob(logits, token, top_n, self.token_bytes)
+
+    def token_bytes(self, token: int) -> bytes:
+        """A token's text as the model's bytes (a piece of a UTF-8 character, for some)."""
+        buf = ctypes.create_string_buffer(256)
+        n = L.llama_token_to_piece(self.vocab, token, buf, 256, 0, False)
+        return buf.raw[:n] if n > 0 else b""
+
     def close(self) -> None:
         if getattr(self, "ctx", None):
             L.llama_free(self.ctx)

@@ -43,7 +43,10 @@ from deskllm.engine.protocol import (
     TextDelta,
     Unload,
 )
+from deskllm.engine.raw_prompt import fit_raw_prompt
 from deskllm.engine.stop_strings import StopMatcher
+from deskllm.engine.token_logprobs import LogprobTrail
+from deskllm.engine.tool_prompt import tools_of
 from deskllm.gguf.header import GgufError, read_header
 from deskllm.hardware.energy import EnergyMeter, EnergyReading, reply_energy
 from deskllm.hardware.nvml_process import NvmlProcessMemory
@@ -282,6 +285,7 @@ class Worker:
         max_tokens: int,
         continue_reply: bool = False,
         drop_old_turns: bool = True,
+        tools: list[dict] | None = None,
     ):
         """Render and tokenize; drop the oldest turns (never the system prompt or the last
         message, nor the question of a reply being continued) until the prompt and room for
@@ -291,7 +295,7 @@ class Worker:
         dropped = 0
         kept = 2 if continue_reply else 1
         while True:
-            rendered = self.template.render(messages, continue_reply=continue_reply)
+            rendered = self.template.render(messages, continue_reply=continue_reply, tools=tools)
             tokens = runtime.tokenize(rendered.text)
             if len(tokens) + reserve <= runtime.n_ctx:
                 return tokens, dropped, rendered.warning
@@ -377,10 +381,14 @@ class Worker:
             )
 
         pending: list[str] = []
+        trail = LogprobTrail()  # Sampling.token_logprobs: entries waiting for their text
+        sent = [0]  # characters of text sent
 
         def send_pending() -> None:
             if pending:
-                self.send(TextDelta(rid, "".join(pending)))
+                text = "".join(pending)
+                sent[0] += len(text)
+                self.send(TextDelta(rid, text, trail.take(sent[0])))
                 pending.clear()
 
         finish = "stop"
@@ -395,10 +403,15 @@ class Worker:
                 self.send(Error(rid, "there is no assistant reply to continue", kind="error"))
                 return
             try:
-                tokens, dropped, warning = self.fit_prompt(
-                    list(request.messages), sampling.max_tokens, request.continue_reply,
-                    request.drop_old_turns,
-                )  # fmt: skip
+                if request.raw_prompt is not None:
+                    tokens, warning = fit_raw_prompt(
+                        runtime.tokenize, request.raw_prompt, sampling.max_tokens, runtime.n_ctx
+                    ), None  # fmt: skip
+                else:
+                    tokens, dropped, warning = self.fit_prompt(
+                        list(request.messages), sampling.max_tokens, request.continue_reply,
+                        request.drop_old_turns, tools_of(request),
+                    )  # fmt: skip
             except TemplateRefused as exc:
                 self.send(Error(rid, str(exc), kind="template"))
                 return
@@ -432,6 +445,8 @@ class Worker:
                     intervals.append(now - last_token)
                 last_token = now
                 state["n_gen"] += 1
+                if sampling.token_logprobs:
+                    trail.add(runtime.token_detail(token, sampling.top_logprobs), piece)
                 text, stopped = matcher.feed(piece)
                 if text:
                     generated.append(text)

@@ -16,6 +16,8 @@ from starlette.exceptions import HTTPException
 from deskllm.server import errors
 from deskllm.server.chat_completion.api_router import router as chat_router
 from deskllm.server.chat_completion.serving import ChatCompletionServing
+from deskllm.server.completion.api_router import router as completion_router
+from deskllm.server.completion.serving import CompletionServing
 from deskllm.server.config import ServerConfig
 from deskllm.server.guards import Guards
 from deskllm.server.health.api_router import router as health_router
@@ -74,8 +76,10 @@ def create_app(host: ModelHost, config: ServerConfig, *, load_on_start: bool = T
     app.state.metrics = metrics
     app.state.chat = ChatCompletionServing(host)
     app.state.messages = MessagesServing(host)
+    app.state.completion = CompletionServing(host)
     host.queue.on_done = metrics.count_done
-    for router in (models_router, chat_router, messages_router, health_router):
+    routers = (models_router, chat_router, completion_router, messages_router, health_router)
+    for router in routers:
         app.include_router(router)
 
     @app.exception_handler(errors.ApiError)

@@ -76,7 +76,13 @@ class BatchEngineQueue:
                 self._running.add(job)
                 job.started_at = time.monotonic()
                 r = job.request
-                job.reply = self.client.chat(r.conversation_id, r.messages, r.sampling)
+                job.reply = self.client.chat(
+                    r.conversation_id,
+                    r.messages,
+                    r.sampling,
+                    tools_json=r.tools_json,
+                    raw_prompt=r.raw_prompt,
+                )
             cancelled = False
             for event in job.reply.events():
                 if isinstance(event, _PASSED_ON):

@@ -47,6 +47,8 @@ class ChatRequest:
     conversation_id: str
     messages: tuple[ChatMessage, ...]
     sampling: Sampling
+    tools_json: str | None = None  # the tools given to the chat template
+    raw_prompt: str | None = None  # /v1/completions: the text to continue, no template
 
 
 class Job:
@@ -129,7 +131,13 @@ class EngineQueue:
                 self._running = job
                 job.started_at = time.monotonic()
                 r = job.request
-                job.reply = self.client.chat(r.conversation_id, r.messages, r.sampling)
+                job.reply = self.client.chat(
+                    r.conversation_id,
+                    r.messages,
+                    r.sampling,
+                    tools_json=r.tools_json,
+                    raw_prompt=r.raw_prompt,
+                )
             cancelled = False
             for event in job.reply.events():
                 if isinstance(event, _PASSED_ON):

@@ -115,4 +115,5 @@ class Guards:
 
 
 _KNOWN_PATHS = frozenset({"/health", "/metrics", "/v1/models", "/v1/chat/completions",
-                          "/v1/messages", "/openapi.json", "/docs"})  # fmt: skip
+                          "/v1/completions", "/v1/messages", "/openapi.json",
+                          "/docs"})  # fmt: skip

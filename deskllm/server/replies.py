@@ -8,7 +8,7 @@ import asyncio
 import hashlib
 from collections.abc import Awaitable, Callable
 
-from deskllm.engine.protocol import Done, Error, Exited
+from deskllm.engine.protocol import Done, Error, Exited, TextDelta
 from deskllm.server import errors
 from deskllm.server.engine_queue import ChatRequest, Job, QueueFull
 from deskllm.server.model_host import ModelHost
@@ -42,10 +42,13 @@ def submit(host: ModelHost, request: ChatRequest) -> Job:
 
 
 async def final_reply(
-    host: ModelHost, job: Job, disconnected: Callable[[], Awaitable[bool]]
+    host: ModelHost,
+    job: Job,
+    disconnected: Callable[[], Awaitable[bool]],
+    on_text: Callable[[TextDelta], None] | None = None,
 ) -> Done:
     """The job's Done; a client that goes away while it waits cancels it (499), an engine
-    failure raises its ApiError."""
+    failure raises its ApiError. `on_text` sees each TextDelta (its token logprobs)."""
     final = None
     gone = False
     try:
@@ -59,6 +62,8 @@ async def final_reply(
                 continue
             if event is None:
                 break
+            if isinstance(event, TextDelta) and on_text is not None:
+                on_text(event)
             if isinstance(event, Done | Error | Exited):
                 final = event
     finally:

@@ -4,10 +4,12 @@ chunks. No HTTP here: the router hands in the request and a disconnect check."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 from deskllm.engine.protocol import ChatMessage, Done, Error, Exited, Metrics, Sampling, TextDelta
 from deskllm.server import errors
@@ -17,26 +19,49 @@ from deskllm.server.chat_completion.protocol import (
     ChatCompletionChunk,
     ChatCompletionRequest,
     Choice,
+    ChoiceLogprobs,
     ChunkChoice,
     Delta,
+    DeltaToolCall,
+    FunctionCall,
     Timings,
+    ToolCall,
     Usage,
 )
+from deskllm.server.chat_completion.tool_calls import ParsedReply, ToolCallStream, parse_tool_calls
+from deskllm.server.chat_completion.tool_choice import ToolPlan, plan_tools
 from deskllm.server.engine_queue import ChatRequest, Job
+from deskllm.server.logprobs import chat_logprobs
 from deskllm.server.model_host import ModelHost
 from deskllm.server.models.serving import check_model, check_ready
 from deskllm.server.replies import conversation_id, engine_error, final_reply, submit, utf8
 
-_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+_ROLES = {
+    "system": "system",
+    "developer": "system",
+    "user": "user",
+    "assistant": "assistant",
+    "tool": "tool",
+}
 # Cancelled replies only happen when the client has gone; "stop" keeps the schema valid.
 _FINISH = {"stop": "stop", "length": "length", "cancelled": "stop"}
 
 
-def to_sampling(req: ChatCompletionRequest, n_ctx: int) -> Sampling:
+def to_sampling(req: ChatCompletionRequest, n_ctx: int, plan: ToolPlan | None = None) -> Sampling:
     """The engine's Sampling for a request; unset fields keep deskllm's defaults. max_tokens
-    is capped by the context; unset, the reply may fill it."""
+    is capped by the context; unset, the reply may fill it. A forced tool call's schema
+    takes the place of response_format's."""
+    return dataclasses.replace(
+        common_sampling(req, req.max_completion_tokens or req.max_tokens, n_ctx),
+        json_schema=plan.forced_schema if plan and plan.forced else json_schema(req),
+        token_logprobs=bool(req.logprobs),
+        top_logprobs=(req.top_logprobs or 0) if req.logprobs else 0,
+    )
+
+
+def common_sampling(req: Any, max_tokens: int | None, n_ctx: int) -> Sampling:
+    """The sampling fields chat and text completions share (same names in both requests)."""
     d = Sampling()
-    max_tokens = req.max_completion_tokens or req.max_tokens or n_ctx
     stops = [req.stop] if isinstance(req.stop, str) else (req.stop or [])
     return Sampling(
         temperature=d.temperature if req.temperature is None else req.temperature,
@@ -48,10 +73,9 @@ def to_sampling(req: ChatCompletionRequest, n_ctx: int) -> Sampling:
         frequency_penalty=req.frequency_penalty or 0.0,
         # 0xFFFFFFFF is llama.cpp's "random": keep explicit seeds below it.
         seed=-1 if req.seed is None or req.seed < 0 else req.seed % 0xFFFFFFFF,
-        max_tokens=max(1, min(max_tokens, n_ctx)),
+        max_tokens=max(1, min(max_tokens or n_ctx, n_ctx)),
         stop=tuple(utf8(s, "stop") for s in stops if s),
         ignore_eos=req.ignore_eos,
-        json_schema=json_schema(req),
     )
 
 
@@ -75,10 +99,17 @@ def to_messages(req: ChatCompletionRequest) -> tuple[ChatMessage, ...]:
         role = _ROLES.get(m.role)
         if role is None:
             raise errors.bad_request(
-                f"messages[{i}]: role {m.role!r} is not supported yet (tool calls are not).",
+                f"messages[{i}]: role {m.role!r} is not supported (use tool messages).",
                 param=f"messages[{i}].role",
             )
-        messages.append(ChatMessage(role, utf8(m.text(), f"messages[{i}].content")))
+        calls = None
+        if m.tool_calls and role == "assistant":
+            calls = json.dumps([c.model_dump(exclude_none=True) for c in m.tool_calls])
+        if role == "tool" and not m.tool_call_id:
+            raise errors.bad_request(f"messages[{i}]: a tool message needs tool_call_id.",
+                                     param=f"messages[{i}].tool_call_id")  # fmt: skip
+        content = utf8(m.text(), f"messages[{i}].content")
+        messages.append(ChatMessage(role, content, calls, m.tool_call_id, m.name))
     return tuple(messages)
 
 
@@ -86,10 +117,8 @@ def check_supported(req: ChatCompletionRequest) -> None:
     """Refuse what this server cannot do rather than silently doing something else."""
     if req.n not in (None, 1):
         raise errors.bad_request("Only n=1 is supported.", param="n")
-    if req.logprobs:
-        raise errors.bad_request("logprobs are not supported yet.", param="logprobs")
-    if req.tools:
-        raise errors.bad_request("Tools are not supported yet.", param="tools")
+    if req.top_logprobs and not req.logprobs:
+        raise errors.bad_request("top_logprobs needs logprobs: true.", param="top_logprobs")
 
 
 def usage(m: Metrics) -> Usage:
@@ -125,8 +154,12 @@ class ChatCompletionServing:
         check_ready(self.host)
         check_model(self.host, req.model)
         check_supported(req)
+        plan = plan_tools(req)
         request = ChatRequest(
-            conversation_id(req.user), to_messages(req), to_sampling(req, self.host.n_ctx)
+            conversation_id(req.user),
+            to_messages(req),
+            to_sampling(req, self.host.n_ctx, plan),
+            tools_json=plan.tools_json,
         )
         return submit(self.host, request)
 
@@ -134,15 +167,27 @@ class ChatCompletionServing:
         self, req: ChatCompletionRequest, job: Job, disconnected: Callable[[], Awaitable[bool]]
     ) -> ChatCompletion:
         """The whole reply; a client that goes away while it waits cancels it."""
-        final = await final_reply(self.host, job, disconnected)
+        entries: list = []
+        final = await final_reply(
+            self.host, job, disconnected, lambda delta: entries.extend(delta.logprobs)
+        )
+        plan = plan_tools(req)
+        finish = _FINISH.get(final.finish_reason, "stop")
+        parsed = ParsedReply(final.text, ())
+        if plan.parse_calls:
+            parsed = parse_tool_calls(final.text, plan.names)
+        if parsed.calls:
+            finish = "tool_calls"
+        message = AssistantMessage(content=parsed.content, tool_calls=_calls(parsed) or None)
         return ChatCompletion(
             id=f"chatcmpl-{uuid.uuid4().hex}",
             created=int(time.time()),
             model=self.host.model_id,
             choices=[
                 Choice(
-                    message=AssistantMessage(content=final.text),
-                    finish_reason=_FINISH.get(final.finish_reason, "stop"),
+                    message=message,
+                    finish_reason=finish,
+                    logprobs=chat_logprobs(entries) if req.logprobs else None,
                 )
             ],
             usage=usage(final.metrics),
@@ -151,13 +196,19 @@ class ChatCompletionServing:
 
     async def stream(self, req: ChatCompletionRequest, job: Job) -> AsyncIterator[str]:
         """Server-sent events: a role chunk, text chunks, the finish chunk, a usage chunk if
-        asked, then `data: [DONE]`. Closing the generator (client gone) cancels the reply."""
+        asked, then `data: [DONE]`. Closing the generator (client gone) cancels the reply.
+        With tools, text from where a call may begin is held back; calls come whole, in one
+        chunk, before the finish chunk."""
         chunk_id, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+        plan = plan_tools(req)
+        calls = ToolCallStream(plan.names, plan.forced) if plan.parse_calls else None
 
-        def chunk(delta: Delta, finish: str | None = None) -> str:
+        def chunk(
+            delta: Delta, finish: str | None = None, logprobs: ChoiceLogprobs | None = None
+        ) -> str:
             body = ChatCompletionChunk(
                 id=chunk_id, created=created, model=self.host.model_id,
-                choices=[ChunkChoice(delta=delta, finish_reason=finish)],
+                choices=[ChunkChoice(delta=delta, finish_reason=finish, logprobs=logprobs)],
             )  # fmt: skip
             return _sse(body.model_dump(exclude_none=True))
 
@@ -166,10 +217,25 @@ class ChatCompletionServing:
             yield chunk(Delta(role="assistant", content=""))
             async for event in job.stream():
                 if isinstance(event, TextDelta):
-                    yield chunk(Delta(content=event.text))
+                    text = calls.feed(event.text) if calls is not None else event.text
+                    logprobs = chat_logprobs(event.logprobs) if req.logprobs else None
+                    if text or logprobs is not None:
+                        yield chunk(Delta(content=text or None), logprobs=logprobs)
                 elif isinstance(event, Done):
                     finished = True
-                    yield chunk(Delta(), _FINISH.get(event.finish_reason, "stop"))
+                    finish = _FINISH.get(event.finish_reason, "stop")
+                    if calls is not None:
+                        parsed = calls.finish()
+                        if parsed.content:
+                            yield chunk(Delta(content=parsed.content))
+                        if parsed.calls:
+                            finish = "tool_calls"
+                            deltas = [
+                                DeltaToolCall(index=i, **c.model_dump())
+                                for i, c in enumerate(_calls(parsed))
+                            ]
+                            yield chunk(Delta(tool_calls=deltas))
+                    yield chunk(Delta(), finish)
                     include = req.stream_options is not None and req.stream_options.include_usage
                     if include:
                         body = ChatCompletionChunk(
@@ -188,6 +254,16 @@ class ChatCompletionServing:
             if not finished:
                 with contextlib.suppress(Exception):
                     self.host.queue.cancel(job)
+
+
+def _calls(parsed: ParsedReply) -> list[ToolCall]:
+    return [
+        ToolCall(
+            id=f"call_{uuid.uuid4().hex[:24]}",
+            function=FunctionCall(name=c.name, arguments=c.arguments),
+        )  # fmt: skip
+        for c in parsed.calls
+    ]
 
 
 def _sse(data: dict) -> str:
