@@ -248,6 +248,16 @@ def test_auto_asks_the_remote_only_when_routing_is_allowed(make_window, qtbot, d
                                             "for it.")  # fmt: skip
     assert served_requests(desk) == before + 1
 
+    # A conversation that outgrows the local context goes remote, and says why.
+    for i in range(2):
+        final = send_and_wait(qtbot, window, f"Part {i}: {LONG_PART * 12}")
+        assert isinstance(final, Done), final
+    outgrown = window.store.messages(cid)[-1]
+    assert outgrown.metrics["engine"] == "desk" and outgrown.metrics["route_reason"] == "context"
+    assert chat.widgets[-1].note.text() == (f"Sent to remote endpoint desk ({spec}): the "
+                                            "conversation did not fit the local model's "
+                                            "context.")  # fmt: skip
+
     # Routing switched off in the page: Auto keeps everything on this computer.
     chat.open_remote_engines()
     page = chat.remote_dialog
@@ -260,7 +270,7 @@ def test_auto_asks_the_remote_only_when_routing_is_allowed(make_window, qtbot, d
 
     # Even a conversation too long for the local context stays here (old turns left out).
     before = served_requests(desk)
-    for i in range(2):
+    for i in range(2, 4):
         final = send_and_wait(qtbot, window, f"Part {i}: {LONG_PART * 12}")
         assert isinstance(final, Done), final
         private = window.store.messages(cid)[-1]
