@@ -46,7 +46,7 @@ from deskllm.remote.endpoint import (
 )
 from deskllm.remote.presets import DEFAULT_PRESET, PRESETS
 
-COLUMNS = ("Name", "URL", "Health", "Models", "Routing", "Prices per million tokens")
+COLUMNS = ("Name", "URL", "Health", "Models", "Routing", "Price per M tokens")
 ROUTING_COLUMN = COLUMNS.index("Routing")
 ROUTING_SENTENCE = (
     "Routing lets Auto (local first) send a chat's messages to that endpoint when the local "
@@ -94,7 +94,12 @@ class RemoteEnginesDialog(QDialog):
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.verticalHeader().hide()
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        for column in (0, 2, ROUTING_COLUMN):  # short words: as wide as they are
+            header.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
+        line = self.fontMetrics().height()
+        self.table.setMinimumHeight(9 * line)
         self.table.itemChanged.connect(self._item_changed)
         self.table.itemSelectionChanged.connect(self._selection_changed)
         self.routing_note = QLabel(ROUTING_SENTENCE)
@@ -171,8 +176,7 @@ class RemoteEnginesDialog(QDialog):
         layout.addWidget(price_box)
         layout.addWidget(add_box)
         layout.addWidget(close)
-        line = self.fontMetrics().height()
-        self.resize(52 * line, 40 * line)
+        self.resize(62 * line, 46 * line)
 
     # The list --------------------------------------------------------------------------------
     def _fill_table(self) -> None:
