@@ -4,6 +4,7 @@ window runs on the real engine with the starter model (conftest.make_window)."""
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 
@@ -80,8 +81,9 @@ def choose(win, data: str) -> None:
 
 
 def test_add_test_price_and_remove_an_endpoint_in_the_page(
-    window, qtbot, desk, monkeypatch, deskllm_home
+    window, qtbot, desk, monkeypatch, deskllm_home, caplog
 ):
+    caplog.set_level(logging.DEBUG)  # every log line, the HTTP client's too
     window.chat.open_remote_engines()
     page = window.chat.remote_dialog
     page.preset_box.setCurrentIndex(page.preset_box.findData("deskllm"))
@@ -136,6 +138,8 @@ def test_add_test_price_and_remove_an_endpoint_in_the_page(
     assert EndpointRegistry(window.store.db).find("desk") is None
     qtbot.waitUntil(lambda: KeyStore().get("desk") is None, timeout=REPLY_TIMEOUT_MS)
     assert page.table.rowCount() == 0
+    assert API_KEY not in caplog.text and "wrong-key" not in caplog.text
+    assert f"{desk.v1}/models" in caplog.text  # the HTTP client's requests were logged
 
 
 def test_a_chat_on_a_remote_model_streams_is_stored_and_marked(window, qtbot, desk):
