@@ -152,6 +152,7 @@ class MainWindow(QMainWindow):
         engine = self.menuBar().addMenu("&Engine")
         self._action(engine, "&Restart engine", self.restart_engine, QKeySequence("Ctrl+Shift+R"))
         self._action(engine, "Switch &model…", self.switch_model, QKeySequence("Ctrl+M"))
+        self._action(engine, "Remote &engines…", self.chat.open_remote_engines)
         view = self.menuBar().addMenu("&View")
         for index, name in enumerate(("&Chat", "&Models", "&Hardware")):
             # triggered(bool) passes `checked` first: it must not land in `i`.
