@@ -31,6 +31,8 @@ from deskllm.engine.protocol import (
     Chat,
     ChatMessage,
     Done,
+    Embed,
+    Embeddings,
     Error,
     Event,
     Exited,
@@ -236,7 +238,17 @@ class BatchEngineClient:
                        continue_reply, drop_old_turns, tools_json, raw_prompt)  # fmt: skip
         return Reply(self._chat_events(request), lambda: self.cancel_request(request_id))
 
-    def _chat_events(self, request: Chat) -> Iterator[Event]:
+    def embed(self, texts: list[str] | tuple[str, ...]) -> Embeddings:
+        """Pooled, unit-length embeddings of `texts`, made between two steps of the running
+        replies. Raises EngineError."""
+        for event in self._chat_events(Embed(next(self._ids), tuple(texts))):
+            if isinstance(event, Embeddings):
+                return event
+            if isinstance(event, Error | Exited):
+                raise EngineError(event.reason, event.kind)
+        raise EngineError("the engine ended without answering")
+
+    def _chat_events(self, request: Chat | Embed) -> Iterator[Event]:
         rid = request.request_id
         box: queue.Queue = queue.Queue()
         finished = False
@@ -259,7 +271,7 @@ class BatchEngineClient:
                 event = box.get()
                 if isinstance(event, Done):
                     self.crashes = 0
-                if isinstance(event, Done | Error | Exited):
+                if isinstance(event, Done | Embeddings | Error | Exited):
                     finished = True
                 yield event
                 if finished:

@@ -26,6 +26,8 @@ from deskllm.engine.protocol import (
     Chat,
     ChatMessage,
     Done,
+    Embed,
+    Embeddings,
     Error,
     Heartbeat,
     Loaded,
@@ -75,6 +77,7 @@ class BatchWorker:
         self.send_lock = threading.Lock()
         self.inbox: queue.Queue = queue.Queue()
         self.runtime = None
+        self.embedder = None  # made on the first Embed (a second context on the model)
         self.template: ChatTemplate | None = None
         self.replies: dict[int, ReplyState] = {}
         self.process = psutil.Process()
@@ -152,6 +155,8 @@ class BatchWorker:
                 self.load(request)
             elif isinstance(request, Chat):
                 self.admit(request)
+            elif isinstance(request, Embed):
+                self.embed(request)
             elif isinstance(request, CancelRequest) and self.runtime is not None:
                 self.runtime.cancel(request.request_id)
         except Exception as exc:  # report, never die silently: the client waits for an event
@@ -210,8 +215,26 @@ class BatchWorker:
         for rid in list(self.replies):
             self.send(Error(rid, "the model was unloaded", kind=ErrorKind.NO_MODEL))
         self.replies.clear()
+        if self.embedder is not None:
+            self.embedder.close()
+            self.embedder = None
         self.runtime.close()
         self.runtime = None
+
+    def embed(self, request: Embed) -> None:
+        """Embeddings in a second context, between two steps (the streams wait that long)."""
+        from deskllm.engine.embedder import Embedder
+
+        if self.runtime is None:
+            self.send(Error(request.request_id, "no model is loaded", kind="no_model"))
+            return
+        runtime = self.runtime
+        if self.embedder is None:
+            self.embedder = Embedder(runtime.model, runtime.n_ctx_seq, runtime.params.n_threads)
+        tokenized = [runtime.tokenize(text) for text in request.texts]
+        vectors = tuple(tuple(self.embedder.embed(tokens)) for tokens in tokenized)
+        total = sum(len(tokens) for tokens in tokenized)
+        self.send(Embeddings(request.request_id, vectors, total))
 
     # Chat -------------------------------------------------------------------------------------
     def fit_prompt(

@@ -28,6 +28,8 @@ from deskllm.engine.protocol import (
     Chat,
     ChatMessage,
     Done,
+    Embed,
+    Embeddings,
     Error,
     Event,
     Exited,
@@ -241,6 +243,24 @@ class EngineClient:
                     return
         finally:
             self._request_lock.release()
+
+    def embed(self, texts: list[str] | tuple[str, ...]) -> Embeddings:
+        """Pooled, unit-length embeddings of `texts` (waits while a reply streams). Raises
+        EngineError."""
+        with self._request_lock:
+            failed = self._restart_if_needed()
+            if failed is not None:
+                raise EngineError(failed.reason, failed.kind)
+            request_id = next(self._ids)
+            self._send(Embed(request_id, tuple(texts)))
+            for event in self._events(request_id):
+                if getattr(event, "request_id", request_id) not in (request_id, None):
+                    continue  # late events of an earlier, abandoned request
+                if isinstance(event, Embeddings):
+                    return event
+                if isinstance(event, Error | Exited):
+                    raise EngineError(event.reason, event.kind)
+        raise EngineError("the engine ended without answering")
 
     def _restart_if_needed(self) -> Error | None:
         """Start a fresh engine with the last model after a crash; an Error when it cannot."""

@@ -1,7 +1,7 @@
 """Typed messages between the engine client and its worker process (pickled over a pipe).
 
-Requests go in: Load, Chat, Cancel, Forget, Unload, Status, Shutdown.
-Events come out: LoadProgress, Loaded, TextDelta, Metrics, Done, Error, StatusReport,
+Requests go in: Load, Chat, Embed, Cancel, Forget, Unload, Status, Shutdown.
+Events come out: LoadProgress, Loaded, TextDelta, Metrics, Done, Embeddings, Error, StatusReport,
 Heartbeat, and the client adds Exited when the worker process dies or hangs.
 """
 
@@ -114,6 +114,14 @@ class Chat:
 
 
 @dataclass(frozen=True)
+class Embed:
+    """Pooled, unit-length embeddings of each text (the API's /v1/embeddings)."""
+
+    request_id: int
+    texts: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Cancel:
     pass
 
@@ -223,6 +231,15 @@ class Done:
 
 
 @dataclass(frozen=True)
+class Embeddings:
+    """The answer to Embed: one vector per text, in order."""
+
+    request_id: int
+    vectors: tuple[tuple[float, ...], ...]
+    prompt_tokens: int
+
+
+@dataclass(frozen=True)
 class Error:
     request_id: int | None
     reason: str
@@ -257,5 +274,14 @@ class Heartbeat:
 
 
 Event = (
-    LoadProgress | Loaded | TextDelta | Metrics | Done | Error | StatusReport | Exited | Heartbeat
+    LoadProgress
+    | Loaded
+    | TextDelta
+    | Metrics
+    | Done
+    | Embeddings
+    | Error
+    | StatusReport
+    | Exited
+    | Heartbeat
 )

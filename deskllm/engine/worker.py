@@ -30,6 +30,8 @@ from deskllm.engine.protocol import (
     Chat,
     ChatMessage,
     Done,
+    Embed,
+    Embeddings,
     Error,
     Forget,
     Heartbeat,
@@ -74,6 +76,7 @@ class Worker:
         self.send_lock = threading.Lock()
         self.requests: queue.Queue = queue.Queue()
         self.runtime = None
+        self.embedder = None  # made on the first Embed (a second context on the model)
         self.template: ChatTemplate | None = None
         self.cache: KvStateCache | None = None
         self.current_conversation: str | None = None
@@ -158,6 +161,8 @@ class Worker:
                 elif isinstance(request, Unload):
                     self.unload()
                     self.send(self.status())
+                elif isinstance(request, Embed):
+                    self.embed(request)
                 elif isinstance(request, Forget):
                     self.forget(request.conversation_id)  # no answer: the client does not wait
             except Exception as exc:  # report, never die silently: the client waits for an event
@@ -244,10 +249,28 @@ class Worker:
             if self.current_conversation and self.runtime.tokens:
                 self.cache.put(self.current_conversation, self.runtime.save_state())
             self.cache.flush_to_disk()
+        if self.embedder is not None:
+            self.embedder.close()
+            self.embedder = None
         self.runtime.close()
         self.runtime = None
         self.cache = None
         self.current_conversation = None
+
+    def embed(self, request: Embed) -> None:
+        """Embeddings in the second context; the chat context and its cache are untouched."""
+        from deskllm.engine.embedder import Embedder
+
+        if self.runtime is None:
+            self.send(Error(request.request_id, "no model is loaded", kind="no_model"))
+            return
+        runtime = self.runtime
+        if self.embedder is None:
+            self.embedder = Embedder(runtime.model, runtime.n_ctx, runtime.params.n_threads)
+        tokenized = [runtime.tokenize(text) for text in request.texts]
+        vectors = tuple(tuple(self.embedder.embed(tokens)) for tokens in tokenized)
+        total = sum(len(tokens) for tokens in tokenized)
+        self.send(Embeddings(request.request_id, vectors, total))
 
     # Chat -------------------------------------------------------------------------------------
     def switch_to(self, conversation_id: str) -> str | None:

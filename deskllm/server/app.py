@@ -19,6 +19,8 @@ from deskllm.server.chat_completion.serving import ChatCompletionServing
 from deskllm.server.completion.api_router import router as completion_router
 from deskllm.server.completion.serving import CompletionServing
 from deskllm.server.config import ServerConfig
+from deskllm.server.embeddings.api_router import router as embeddings_router
+from deskllm.server.embeddings.serving import EmbeddingServing
 from deskllm.server.guards import Guards
 from deskllm.server.health.api_router import router as health_router
 from deskllm.server.messages.api_router import router as messages_router
@@ -77,8 +79,10 @@ def create_app(host: ModelHost, config: ServerConfig, *, load_on_start: bool = T
     app.state.chat = ChatCompletionServing(host)
     app.state.messages = MessagesServing(host)
     app.state.completion = CompletionServing(host)
+    app.state.embeddings = EmbeddingServing(host)
     host.queue.on_done = metrics.count_done
-    routers = (models_router, chat_router, completion_router, messages_router, health_router)
+    routers = (models_router, chat_router, completion_router, embeddings_router, messages_router,
+               health_router)  # fmt: skip
     for router in routers:
         app.include_router(router)
 

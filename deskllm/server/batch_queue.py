@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from deskllm.engine.batch_client import BatchEngineClient
 from deskllm.engine.protocol import Done, Error, Exited, Metrics, TextDelta
-from deskllm.server.engine_queue import ChatRequest, Job, QueueFull
+from deskllm.server.engine_queue import ChatRequest, EmbedRequest, Job, QueueFull, embed_event
 
 log = logging.getLogger("deskllm.server")
 
@@ -51,7 +51,7 @@ class BatchEngineQueue:
     def busy(self) -> bool:
         return self.running > 0
 
-    def submit(self, request: ChatRequest) -> Job:
+    def submit(self, request: ChatRequest | EmbedRequest) -> Job:
         """Admit a request or raise QueueFull. Call from the event loop that reads the job."""
         job = Job(request, asyncio.get_running_loop())
         with self._lock:
@@ -76,13 +76,17 @@ class BatchEngineQueue:
                 self._running.add(job)
                 job.started_at = time.monotonic()
                 r = job.request
-                job.reply = self.client.chat(
-                    r.conversation_id,
-                    r.messages,
-                    r.sampling,
-                    tools_json=r.tools_json,
-                    raw_prompt=r.raw_prompt,
-                )
+                if not isinstance(r, EmbedRequest):
+                    job.reply = self.client.chat(
+                        r.conversation_id,
+                        r.messages,
+                        r.sampling,
+                        tools_json=r.tools_json,
+                        raw_prompt=r.raw_prompt,
+                    )
+            if isinstance(r, EmbedRequest):
+                job.push(embed_event(self.client, r))
+                return
             cancelled = False
             for event in job.reply.events():
                 if isinstance(event, _PASSED_ON):

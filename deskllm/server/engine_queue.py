@@ -19,9 +19,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from deskllm.engine.client import EngineClient
+from deskllm.engine.errors import EngineError
 from deskllm.engine.protocol import (
     ChatMessage,
     Done,
+    Embeddings,
     Error,
     Event,
     Exited,
@@ -51,10 +53,27 @@ class ChatRequest:
     raw_prompt: str | None = None  # /v1/completions: the text to continue, no template
 
 
+@dataclass(frozen=True)
+class EmbedRequest:
+    """/v1/embeddings: texts to embed, in the same queue as the replies."""
+
+    texts: tuple[str, ...]
+
+
+def embed_event(client, request: EmbedRequest) -> Embeddings | Error:
+    """The engine's answer to an EmbedRequest, failures as their Error."""
+    try:
+        return client.embed(request.texts)
+    except EngineError as exc:
+        return Error(None, exc.reason, exc.kind)
+
+
 class Job:
     """One admitted request. Read its events with `stream()`; `cancel()` from the loop."""
 
-    def __init__(self, request: ChatRequest, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, request: ChatRequest | EmbedRequest, loop: asyncio.AbstractEventLoop
+    ) -> None:
         self.request = request
         self.loop = loop
         self.queued_at = time.monotonic()
@@ -105,7 +124,7 @@ class EngineQueue:
         """Jobs the engine is answering now (0 or 1 here)."""
         return int(self.busy)
 
-    def submit(self, request: ChatRequest) -> Job:
+    def submit(self, request: ChatRequest | EmbedRequest) -> Job:
         """Admit a request or raise QueueFull. Call from the event loop that reads the job."""
         job = Job(request, asyncio.get_running_loop())
         with self._lock:
@@ -131,13 +150,17 @@ class EngineQueue:
                 self._running = job
                 job.started_at = time.monotonic()
                 r = job.request
-                job.reply = self.client.chat(
-                    r.conversation_id,
-                    r.messages,
-                    r.sampling,
-                    tools_json=r.tools_json,
-                    raw_prompt=r.raw_prompt,
-                )
+                if not isinstance(r, EmbedRequest):
+                    job.reply = self.client.chat(
+                        r.conversation_id,
+                        r.messages,
+                        r.sampling,
+                        tools_json=r.tools_json,
+                        raw_prompt=r.raw_prompt,
+                    )
+            if isinstance(r, EmbedRequest):
+                job.push(embed_event(self.client, r))
+                return
             cancelled = False
             for event in job.reply.events():
                 if isinstance(event, _PASSED_ON):

@@ -115,5 +115,5 @@ class Guards:
 
 
 _KNOWN_PATHS = frozenset({"/health", "/metrics", "/v1/models", "/v1/chat/completions",
-                          "/v1/completions", "/v1/messages", "/openapi.json",
+                          "/v1/completions", "/v1/embeddings", "/v1/messages", "/openapi.json",
                           "/docs"})  # fmt: skip

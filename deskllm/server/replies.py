@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 
 from deskllm.engine.protocol import Done, Error, Exited, TextDelta
 from deskllm.server import errors
-from deskllm.server.engine_queue import ChatRequest, Job, QueueFull
+from deskllm.server.engine_queue import ChatRequest, EmbedRequest, Job, QueueFull
 from deskllm.server.model_host import ModelHost
 
 DISCONNECT_POLL_S = 0.5
@@ -34,7 +34,7 @@ def utf8(text: str, param: str) -> str:
     return text
 
 
-def submit(host: ModelHost, request: ChatRequest) -> Job:
+def submit(host: ModelHost, request: ChatRequest | EmbedRequest) -> Job:
     try:
         return host.queue.submit(request)
     except QueueFull as exc:

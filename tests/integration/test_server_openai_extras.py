@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import openai
 import pytest
 from server_helpers import API_KEY, running_server
@@ -221,3 +222,39 @@ def test_tool_errors_are_bad_requests(client, model):
     for case in cases:
         with pytest.raises(openai.BadRequestError):
             client.chat.completions.create(**({"model": model, "messages": ask("Hi")} | case))
+
+
+# Embeddings --------------------------------------------------------------------------------
+def test_embeddings_are_pooled_normalised_and_in_order(client, model):
+    texts = ["The cat sat on the mat.", "A cat is sitting on a rug.", "Quarterly revenue rose 5%."]
+    reply = client.embeddings.create(model=model, input=texts)  # the SDK asks for base64
+    assert [d.index for d in reply.data] == [0, 1, 2] and reply.model == model
+    vectors = np.array([d.embedding for d in reply.data])
+    assert vectors.shape == (3, 576)  # SmolLM2-135M's width
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    cos = vectors @ vectors.T
+    assert cos[0, 1] > cos[0, 2] and cos[0, 1] > cos[1, 2]  # the two cats are closest
+    assert reply.usage.prompt_tokens == reply.usage.total_tokens > 15
+    as_floats = client.embeddings.create(model=model, input=texts[0], encoding_format="float")
+    assert np.allclose(as_floats.data[0].embedding, vectors[0], atol=1e-5)
+
+
+def test_embeddings_leave_the_chat_cache_alone(client, model):
+    def chat():
+        return client.chat.completions.create(model=model, messages=ask("Tell me a joke."),
+                                              user="emb", temperature=0, max_tokens=4)  # fmt: skip
+
+    first = chat()
+    client.embeddings.create(model=model, input=["something else entirely"] * 3)
+    again = chat()
+    assert again.choices[0].message.content == first.choices[0].message.content
+    assert again.usage.prompt_tokens_details.cached_tokens > 0
+
+
+def test_embedding_errors_are_bad_requests(client, model):
+    for bad in ({"input": []}, {"input": ""}, {"input": ["a", ""]},
+                {"input": "a", "dimensions": 8}):  # fmt: skip
+        with pytest.raises(openai.BadRequestError):
+            client.embeddings.create(model=model, **bad)
+    with pytest.raises(openai.NotFoundError):
+        client.embeddings.create(model="no-such-model", input="a")
