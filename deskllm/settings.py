@@ -136,6 +136,18 @@ class Settings:
                     help="the hours of use the hardware price is spread over (e.g. 3 years "
                          "of 8 hours a day: 8760)"),
     )  # fmt: skip
+    router_escalate: str = setting(
+        "off",
+        SettingSpec("Auto: unsure replies", "now", choices={
+            "off": "Stay local (remote only when too long, failed or asked)",
+            "0.1": "The least sure 10% go to the remote model",
+            "0.25": "The least sure 25% go to the remote model",
+            "0.5": "The least sure 50% go to the remote model"},
+            help="Auto (local first), with an endpoint that allows routing: a local reply "
+                 "whose first 16 tokens are less sure than this share of a fixed set of 24 "
+                 "prompts is written by the remote model instead (measured once per local "
+                 "model and chat sampling, before the first such reply)"),
+    )  # fmt: skip
     extra: dict = field(default_factory=dict)  # keys of newer versions, kept when saving
 
     def validate(self) -> list[str]:

@@ -101,6 +101,7 @@ class ChatPanel(QWidget):
         self.remote.changed.connect(self._update_buttons)
         self.remote.refresh()  # the endpoints' model lists, in the background
         bridge.delta.connect(self._on_delta)
+        bridge.notice.connect(self._on_notice)
         bridge.finished.connect(self._on_finished)
 
     # Layout ----------------------------------------------------------------------------------
@@ -378,6 +379,14 @@ class ChatPanel(QWidget):
         stream.parts.append(text)
         if conversation_id == self.conversation_id:
             self._throttle.request()
+
+    def _on_notice(self, conversation_id: str, text: str) -> None:
+        """What the reply waits for, in its place until its first text."""
+        stream = self._stream
+        if stream is None or stream.conversation_id != conversation_id or stream.parts:
+            return
+        if conversation_id == self.conversation_id and self.widgets:
+            self.widgets[-1].set_text(f"*{text}*")
 
     def _render_stream(self) -> None:
         stream = self._stream

@@ -14,6 +14,7 @@ Signals (all emitted on the GUI thread):
     delta(str, str): conversation id, text as it streams.
     metrics(Metrics): live figures of the reply being written.
     finished(str, Reply): conversation id and the stored, finished Reply.
+    notice(str, str): conversation id, what the reply waits for (Auto's calibration).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pathlib import Path
 
 from deskllm.engine.client import EngineClient
 from deskllm.engine.errors import EngineError
-from deskllm.engine.protocol import LoadParams, Metrics, TextDelta
+from deskllm.engine.protocol import LoadParams, Metrics, Sampling, TextDelta
 from deskllm.engine.reply import Reply
 from deskllm.gui import remote_targets
 from deskllm.gui.qt import QObject, Signal
@@ -45,6 +46,7 @@ class EngineBridge(QObject):
     delta = Signal(str, str)
     metrics = Signal(object)
     finished = Signal(str, object)
+    notice = Signal(str, str)
 
     def __init__(self, client: EngineClient, db_path: Path) -> None:
         super().__init__()
@@ -56,6 +58,9 @@ class EngineBridge(QObject):
         self._db = None  # the task thread's connection
         # NAME/MODEL the router may escalate to now (set by the chat: the cached lists).
         self.routing_target: Callable[[], str | None] = lambda: None
+        # The share of replies Auto sends remote for being unsure (None: off; the window sets it).
+        self.escalate_share: Callable[[], float | None] = lambda: None
+        self.calibrations: dict[str, remote_targets.Calibration] = {}  # task thread only
         self._active_lock = threading.Lock()
         self._active: Reply | None = None  # the reply streaming now, to stop a remote one
 
@@ -73,16 +78,17 @@ class EngineBridge(QObject):
         self.tasks.run(self._unload)
 
     def send(self, conversation_id: str, text: str) -> None:
-        target = self.routing_target()
+        target, share = self.routing_target(), self.escalate_share()
         start = lambda s: s.send(conversation_id, text)  # noqa: E731
-        self.tasks.run(lambda: self._stream(conversation_id, start, target))
+        self.tasks.run(lambda: self._stream(conversation_id, start, target, share=share))
 
     def regenerate(self, conversation_id: str, ask: str | None = None) -> None:
         """Write the last reply anew; `ask` (NAME/MODEL): on that remote model, through the
         router (route reason "asked")."""
-        target = ask or self.routing_target()
+        target, share = ask or self.routing_target(), self.escalate_share()
         start = lambda s: s.reply(conversation_id)  # noqa: E731
-        self.tasks.run(lambda: self._stream(conversation_id, start, target, ask is not None))
+        self.tasks.run(lambda: self._stream(conversation_id, start, target, ask is not None,
+                                            share))  # fmt: skip
 
     def continue_reply(self, conversation_id: str) -> None:
         """Go on with the conversation's interrupted last reply, in the same message."""
@@ -152,28 +158,50 @@ class EngineBridge(QObject):
         self.tasks.post(self.unloaded.emit)
 
     def _session_for(
-        self, conversation_id: str, target: str | None, asked: bool
+        self, conversation_id: str, target: str | None, asked: bool, share: float | None
     ) -> tuple[ChatSession, Callable[[], None] | None]:
         """The session that answers this conversation now, and what closes its client."""
         local = self._parts()[1]
-        model = local.store.get(conversation_id).model
+        conversation = local.store.get(conversation_id)
+        model = conversation.model
         if asked or model == remote_targets.AUTO:
             router = remote_targets.router(self._db, self.client, target)
             if asked:
                 router.ask_remote_next()
+            elif router.target is not None and share is not None:
+                sampling = Sampling.from_dict(conversation.sampling)
+                router.policy = self._calibration(conversation_id, share, sampling).policy
             return ChatSession(router, local.store, model=router.label), router.close
         if remote_targets.is_remote(model):
             remote = remote_targets.remote_model(self._db, model)
             return ChatSession(remote, local.store, model=remote.label), remote.close
         return local, None
 
+    def _calibration(
+        self, conversation_id: str, share: float, sampling: Sampling
+    ) -> remote_targets.Calibration:
+        """Auto's threshold for `share`, measured on the loaded model the first time."""
+        model = self.client.params.model_path if self.client.params else ""
+        key = remote_targets.calibration_key(model, share, sampling)
+        if key not in self.calibrations:
+            n = len(remote_targets.CALIBRATION_PROMPTS)
+            self.tasks.post(self.notice.emit, conversation_id, f"Measuring how sure the local "
+                            f"model is on {n} fixed prompts (once per model)…")  # fmt: skip
+            self.calibrations[key] = remote_targets.calibrate(self.client, share, sampling)
+        return self.calibrations[key]
+
     def _stream(
-        self, conversation_id: str, start, target: str | None = None, asked: bool = False
+        self,
+        conversation_id: str,
+        start,
+        target: str | None = None,
+        asked: bool = False,
+        share: float | None = None,
     ) -> None:
         reply: Reply | None = None
         close = None
         try:
-            session, close = self._session_for(conversation_id, target, asked)
+            session, close = self._session_for(conversation_id, target, asked, share)
             reply = start(session)
             with self._active_lock:
                 self._active = reply

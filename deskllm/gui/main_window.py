@@ -34,6 +34,7 @@ from deskllm.gui.qt import (
     QWidget,
 )
 from deskllm.gui.readouts import LiveReadouts
+from deskllm.gui.remote_targets import escalate_share
 from deskllm.gui.settings_dialog import SettingsDialog
 from deskllm.gui.shortcuts_dialog import show_shortcuts
 from deskllm.gui.sidebar import ConversationSidebar
@@ -200,6 +201,7 @@ class MainWindow(QMainWindow):
         bridge.load_failed.connect(self._model_failed)
         bridge.unloaded.connect(self._model_unloaded)
         bridge.metrics.connect(self.readouts.show_metrics)
+        bridge.escalate_share = lambda: escalate_share(self.settings.router_escalate)
 
     # State -----------------------------------------------------------------------------------
     def _restore_state(self) -> None:

@@ -12,13 +12,14 @@ import httpx2
 import keyring
 import keyring.core
 import pytest
-from gui_helpers import REPLY_TIMEOUT_MS, send_and_wait, set_sampling
+from gui_helpers import REPLY_TIMEOUT_MS, send_and_wait, set_sampling, type_and_send
 from remote_helpers import llama_cpp_server
 from server_helpers import API_KEY, running_server
 
 from deskllm.engine.protocol import Done
-from deskllm.gui.qt import QMessageBox, Qt
+from deskllm.gui.qt import QMenu, QMessageBox, Qt
 from deskllm.gui.remote_targets import AUTO
+from deskllm.remote.calibration import CALIBRATION_PROMPTS
 from deskllm.remote.endpoint import Endpoint
 from deskllm.remote.keys import KeyStore
 from deskllm.store.remote_endpoints import EndpointRegistry
@@ -72,6 +73,11 @@ def refreshed(qtbot, win) -> None:
                     timeout=REPLY_TIMEOUT_MS)  # fmt: skip
 
 
+def menu_action(win, text: str):
+    return next(a for menu in win.menuBar().findChildren(QMenu) for a in menu.actions()
+                if a.text() == text)  # fmt: skip
+
+
 def choose(win, data: str) -> None:
     """Pick the model menu's entry for `data` (NAME/MODEL or "auto") as the user does."""
     button = win.chat.model_button
@@ -84,7 +90,7 @@ def test_add_test_price_and_remove_an_endpoint_in_the_page(
     window, qtbot, desk, monkeypatch, deskllm_home, caplog
 ):
     caplog.set_level(logging.DEBUG)  # every log line, the HTTP client's too
-    window.chat.open_remote_engines()
+    menu_action(window, "Remote &engines…").trigger()
     page = window.chat.remote_dialog
     page.preset_box.setCurrentIndex(page.preset_box.findData("deskllm"))
     assert page.url_edit.text() == "http://127.0.0.1:8383/v1"  # the preset fills the URL
@@ -282,3 +288,46 @@ def test_auto_asks_the_remote_only_when_routing_is_allowed(make_window, qtbot, d
         assert private.metrics["route_reason"] == "private"
     assert private.metrics["dropped_messages"] > 0
     assert served_requests(desk) == before  # no request reached the remote
+
+
+def test_auto_sends_the_least_sure_replies_remote_at_the_calibrated_share(make_window, qtbot, desk):
+    window = make_window(router_escalate="0.5")
+    register(window, "desk", desk.v1, API_KEY, allow_routing=True)
+    refreshed(qtbot, window)
+    chat, spec = window.chat, f"desk/{DESK_MODEL}"
+    greedy = {"temperature": 0, "max_tokens": 24}  # more than the 16 tokens it measures
+    notices: list[str] = []
+    window.bridge.notice.connect(lambda _cid, text: notices.append(text))
+
+    def ask_in_a_new_chat(prompt: str, timeout_ms: int = REPLY_TIMEOUT_MS):
+        window.new_conversation()
+        choose(window, AUTO)
+        set_sampling(window, **greedy)
+        with qtbot.waitSignal(window.bridge.finished, timeout=timeout_ms) as blocker:
+            type_and_send(qtbot, window, prompt)
+        final = blocker.args[1].final
+        assert isinstance(final, Done), final
+        return window.store.messages(chat.conversation_id)[-1]
+
+    # 24 short local replies first: minutes on a loaded 2-core machine.
+    first = ask_in_a_new_chat(CALIBRATION_PROMPTS[0], timeout_ms=10 * REPLY_TIMEOUT_MS)
+    assert len(notices) == 1 and "24 fixed prompts" in notices[0]  # measured before it
+    (calibration,) = window.bridge.calibrations.values()
+    scores = calibration.scores
+    assert len(scores) == len(CALIBRATION_PROMPTS) and None not in scores
+    assert sum(s < calibration.threshold for s in scores) == len(scores) // 2
+    # The reply's own score is the one measured on the same prompt (same model, sampling).
+    assert first.metrics["route_score"] == pytest.approx(scores[0], abs=1e-3)
+    escalated = first.metrics["route_reason"] == "uncertain"
+    assert escalated == (scores[0] < calibration.threshold)
+
+    # The least sure prompt goes remote, the surest stays here; no second measurement.
+    ranked = sorted(range(len(scores)), key=lambda i: scores[i])
+    unsure = ask_in_a_new_chat(CALIBRATION_PROMPTS[ranked[0]])
+    assert unsure.metrics["route_reason"] == "uncertain" and unsure.metrics["engine"] == "desk"
+    assert unsure.model == spec and unsure.status == "complete"
+    assert chat.widgets[-1].note.text() == (f"Sent to remote endpoint desk ({spec}): the local "
+                                            "model was unsure.")  # fmt: skip
+    sure = ask_in_a_new_chat(CALIBRATION_PROMPTS[ranked[-1]])
+    assert sure.metrics["route_reason"] == "local" and sure.metrics["engine"] == "local"
+    assert len(notices) == 1 and len(window.bridge.calibrations) == 1
