@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SHOTS = ("chat", "models-recommended", "models-installed", "models-discover", "hardware")
+SHOTS = ("chat", "models-recommended", "models-installed", "models-discover", "hardware", "usage")
 SIZE = (1280, 800)
 PROMPTS = (
     "What can I do on a rainy Sunday afternoon at home?",
@@ -189,8 +189,10 @@ class Shooter:
         wanted = set(self.only)
         if wanted & {"hardware", "models-discover", "models-recommended"}:
             self.hardware(window)  # the planner behind Discover reuses this report
-        if "chat" in wanted:
-            self.chat(window)
+        if wanted & {"chat", "usage"}:
+            self.chat(window)  # the replies the Usage view counts
+        if "usage" in wanted:
+            self.usage(window)
         if "models-recommended" in wanted:
             self.recommended(window)
         if wanted & {"models-discover", "models-installed"}:
@@ -236,6 +238,17 @@ class Shooter:
                 self.wait(lambda done=done: len(finished) > done, "the reply to stop")
                 return
         raise RuntimeError("every reply ended before it filled the screen")
+
+    def usage(self, window) -> None:
+        """View → Usage… on this home's real replies (the chat scene's): tokens per day, per
+        engine and model, what they cost where a tariff is set."""
+        window.open_usage()
+        dialog = window.usage_dialog
+        self.wait(lambda: dialog.report is not None, "the usage figures")
+        dialog.resize(*self.size)
+        self.settle()
+        self.save("usage", dialog)
+        dialog.close()
 
     def recommended(self, window) -> None:
         """Discover before any search: the curated catalog planned for this machine."""

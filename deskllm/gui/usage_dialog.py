@@ -172,7 +172,9 @@ class UsageDialog(QDialog):
             self.summary.setText(f"Usage could not be read from {self.db_path}: {exc}")
             return
         self.report = report
-        self.chart.set_days(tokens_per_day(report.rows))
+        # The whole period on the time axis, up to today (local time, as the rows' days).
+        today = datetime.date.today().isoformat()
+        self.chart.set_days(tokens_per_day(report.rows, report.since, today))
         self._fill(self.per_day, report.rows, with_day=True)
         self._fill(self.per_model, per_model(report.rows), with_day=False)
         self.summary.setText(summary_text(report))

@@ -12,6 +12,7 @@ so a row's cost is never part measured and part estimated.
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import asdict, dataclass
 from pathlib import PurePath
 from typing import Any
@@ -133,12 +134,22 @@ class DayTokens:
     remote: int  # ... and by remote endpoints
 
 
-def tokens_per_day(rows: list[UsageRow]) -> list[DayTokens]:
-    """Tokens per day, local and remote, in day order (the Usage view's chart)."""
+def tokens_per_day(
+    rows: list[UsageRow], first: str | None = None, last: str | None = None
+) -> list[DayTokens]:
+    """Tokens per day, local and remote, in day order (the Usage view's chart). With `first`
+    and/or `last` (YYYY-MM-DD), every day from the first (else the earliest row's) to the last
+    (else the latest row's) is listed, days without replies as zeros: a period's chart keeps
+    its time axis instead of one wide bar per day that had replies."""
     days: dict[str, list[int]] = {}
     for row in rows:
         day = days.setdefault(row.day, [0, 0])
         day[0 if row.local else 1] += row.tokens
+    if days and (first or last):
+        start = datetime.date.fromisoformat(first or min(days))
+        end = datetime.date.fromisoformat(last or max(days))
+        for offset in range((end - start).days + 1):
+            days.setdefault((start + datetime.timedelta(days=offset)).isoformat(), [0, 0])
     return [DayTokens(day, local, remote) for day, (local, remote) in sorted(days.items())]
 
 

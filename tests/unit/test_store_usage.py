@@ -4,6 +4,9 @@ the router's local share, the per-model totals and the chart's days."""
 
 from __future__ import annotations
 
+import datetime
+import itertools
+
 import pytest
 from usage_helpers import MODEL, TARIFF, WATTS, kwh_cost, seed
 
@@ -98,6 +101,16 @@ def test_per_model_totals_and_the_chart_days(db):
         DayTokens(days.first, 150 + 75 + 40 + 31 + 5, 0),
         DayTokens(days.second, 40, 1100),
     ]
+    # A period's chart keeps its time axis: every day from its start to its end, idle ones 0.
+    padded = tokens_per_day(report.rows, None, days.second)
+    dates = [datetime.date.fromisoformat(d.day) for d in padded]
+    assert dates[0] == datetime.date.fromisoformat(days.old) and padded[-1].day == days.second
+    assert all(b - a == datetime.timedelta(days=1) for a, b in itertools.pairwise(dates))
+    assert len(padded) == (dates[-1] - dates[0]).days + 1 > 3
+    assert sum(d.local + d.remote for d in padded) == sum(
+        d.local + d.remote for d in tokens_per_day(report.rows)
+    )
+    assert tokens_per_day([], "2026-01-01", "2026-01-31") == []  # nothing: no bars at all
 
 
 def test_reply_cost_labels_and_the_hardware_share():
