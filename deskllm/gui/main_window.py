@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from deskllm.engine.client import CRASH_LIMIT
 from deskllm.engine.errors import ErrorKind
 from deskllm.engine.load_defaults import DEFAULT_CTX_CAP
 from deskllm.engine.protocol import Loaded, LoadParams
@@ -399,10 +400,21 @@ class MainWindow(QMainWindow):
         if reply.done is not None:
             self.readouts.show_metrics(reply.done.metrics, final=True)
         elif error is not None and error.kind in (ErrorKind.EXITED, ErrorKind.HUNG):
+            crashes = self.bridge.client.crashes
+            then = (
+                f"the model ended the engine {crashes} times in a row, so the engine is not "
+                "started again by itself: Engine → Restart engine tries again."
+                if crashes >= CRASH_LIMIT
+                else "the next message starts a fresh engine."
+            )
             self.statusBar().showMessage(
-                f"The engine stopped: {error.reason}. The reply so far is saved; the next "
-                "message starts a fresh engine.",
-                30000,
+                f"The engine stopped: {error.reason}. The reply so far is saved; {then}", 60000
+            )
+        elif error is not None and error.kind == ErrorKind.CRASH_LOOP:
+            self.statusBar().showMessage(
+                f"{error.reason} The engine is not started again by itself: Engine → Restart "
+                "engine (Ctrl+Shift+R) tries again.",
+                60000,
             )
         elif error is not None:
             self.statusBar().showMessage(f"The reply failed: {error.reason}", 30000)
