@@ -257,7 +257,8 @@ class MessageWidget(QFrame):
         notes.addWidget(self.note, 1)
         notes.addWidget(self.continue_button)
         notes.addWidget(self.regenerate_button)
-        notes.addWidget(self.ask_button)
+        # Right-aligned: it may be the only thing in the row (a complete reply has no note).
+        notes.addWidget(self.ask_button, 0, Qt.AlignmentFlag.AlignRight)
         self.figures = QLabel(wordWrap=True)
         self.figures.setForegroundRole(QPalette.ColorRole.PlaceholderText)
 
