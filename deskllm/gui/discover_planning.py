@@ -51,6 +51,7 @@ class CuratedAnswer:
     catalog_date: str
     refreshed_at: float | None
     speeds: dict[str, float]
+    qualities: dict[str, dict]  # quality checks run here: file name -> the newest result
 
 
 def plan_curated(
@@ -61,6 +62,7 @@ def plan_curated(
     from deskllm.catalog.curated import load_curated, refresh_curated
     from deskllm.planner.catalog_plan import plan_catalog
     from deskllm.store.decode_speeds import measured_decode_speeds
+    from deskllm.store.quality_results import QualityResults
 
     catalog = load_curated(cache=cache)
     if refresh is not None:
@@ -69,4 +71,5 @@ def plan_curated(
     plan = plan_catalog(
         catalog, this_hardware(), n_ctx=n_ctx, usable_tps=usable_tps, measured_tps=speeds
     )
-    return CuratedAnswer(plan, catalog.catalog_date, catalog.refreshed_at, speeds)
+    qualities = QualityResults(cache.db).latest_by_file()
+    return CuratedAnswer(plan, catalog.catalog_date, catalog.refreshed_at, speeds, qualities)

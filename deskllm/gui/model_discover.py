@@ -91,6 +91,7 @@ class DiscoverView(QWidget):
         self.usable_tps = usable_tps
         self.installed = installed  # file names of the models in the library
         self.speeds: dict[str, float] = {}  # decode speeds measured here, by file name
+        self.qualities: dict[str, dict] = {}  # quality checks run here, by file name
         self.curated_repo = False  # the repo shown comes from the curated catalog
         self._curated_token = 0
         self._curated_planned = False
@@ -226,6 +227,7 @@ class DiscoverView(QWidget):
             self.curated.show_error(str(exc))
             return
         self.speeds = answer.speeds
+        self.qualities = answer.qualities
         self._curated_answer = answer
         self._show_curated_answer()
 
@@ -347,10 +349,11 @@ class DiscoverView(QWidget):
     def _add_quant_row(self, quant_plan: QuantPlan, recommended: bool) -> None:
         row = self.quants.rowCount()
         self.quants.insertRow(row)
+        measured = self.qualities.get(PurePath(quant_plan.file).name)  # checked here
         cells = [
             _item(quant_plan.quant),
             _item(human_bytes(quant_plan.size_bytes), True),
-            _item(quality_text(quant_plan.quant)),
+            _item(quality_text(quant_plan.quant, measured)),
             _item(memory_text(quant_plan), True),
             _item(fit_badge(quant_plan)),
             _item(self._speed(quant_plan), True),

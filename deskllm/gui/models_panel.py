@@ -17,6 +17,7 @@ from pathlib import Path
 from deskllm.gui.download_bridge import DownloadBridge
 from deskllm.gui.live_settings import LiveSettings
 from deskllm.gui.model_discover import DiscoverView
+from deskllm.gui.plan_text import quality_text
 from deskllm.gui.qt import (
     QDesktopServices,
     QFileDialog,
@@ -39,6 +40,7 @@ from deskllm.gui.tasks import TaskRunner
 from deskllm.settings import Settings
 from deskllm.store import InstalledModel, ModelLibrary, open_database
 from deskllm.store.library_import import ImportResult, import_known_folders, import_path
+from deskllm.store.quality_results import QualityResults
 
 _PATH = Qt.ItemDataRole.UserRole
 _ID = Qt.ItemDataRole.UserRole + 1
@@ -87,6 +89,7 @@ class ModelsPanel(QWidget):
         self.loaded_path: str | None = None
         self.loading = False
         self.streaming = False  # a reply is being written: the engine is taken
+        self.qualities: dict[str, dict] = {}  # quality checks run here, by file name
         self._calls = TaskRunner("library", self)
         self.list = QListWidget()
         self.details = QLabel()
@@ -169,10 +172,13 @@ class ModelsPanel(QWidget):
     def refresh(self) -> None:
         selected = self.selected_path()
         self.list.clear()
+        self.qualities = QualityResults(self.library.db).latest_by_file()
         for model in self.library.list():
             mark = "  — loaded" if model.path == self.loaded_path else ""
             missing = "  — file missing" if not model.exists else ""
-            item = QListWidgetItem(f"{model_text(model)}{mark}{missing}")
+            measured = self.qualities.get(Path(model.path).name)
+            checked = f" · measured KL {measured['mean_kld']:.4f}" if measured else ""
+            item = QListWidgetItem(f"{model_text(model)}{checked}{mark}{missing}")
             item.setData(_PATH, model.path)
             item.setData(_ID, model.id)
             item.setToolTip(model.path)
@@ -257,6 +263,7 @@ class ModelsPanel(QWidget):
         self.quality_dialog = QualityCheckDialog(
             model, self.library.list(), self._settings.value, self.db_path, self
         )
+        self.quality_dialog.stored.connect(self.refresh)
         self.quality_dialog.show()
 
     def _import_file_clicked(self) -> None:
@@ -327,4 +334,10 @@ class ModelsPanel(QWidget):
         self.reveal_button.setEnabled(exists)
         self.quality_button.setEnabled(exists)
         item = self.list.currentItem()
-        self.details.setText(f"Where: {path}" if item is not None else "")
+        model = self.selected_model() if item is not None else None
+        if model is None:
+            self.details.setText("")
+            return
+        measured = self.qualities.get(Path(model.path).name)
+        quality = quality_text(model.quant, measured) if model.quant else "unknown quant"
+        self.details.setText(f"Where: {path}\nQuality: {quality}")

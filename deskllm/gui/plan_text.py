@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from pathlib import PurePath
+from typing import Any
+
 from deskllm.catalog.quants import kl_divergence, quality_tier
 from deskllm.downloads.units import human_bytes
 from deskllm.planner.fit import QuantPlan
@@ -18,11 +22,21 @@ def fit_badge(plan: QuantPlan) -> str:
     return "Too large"
 
 
-def quality_text(quant: str) -> str:
+def quality_text(quant: str, measured: Mapping[str, Any] | None = None) -> str:
+    """The scoreboard's tier for `quant` (KL divergence of an 8B model's quants), then, where
+    the user checked this file, what was measured on their own text (a stored `deskllm
+    quality` result), labelled as such."""
     kl = kl_divergence(quant)
-    if kl is None:
-        return "unknown"
-    return f"{quality_tier(quant)} (KL {kl:g})"
+    tier = "unknown" if kl is None else f"{quality_tier(quant)} (KL {kl:g})"
+    return f"{tier} · {measured_quality_text(measured)}" if measured else tier
+
+
+def measured_quality_text(result: Mapping[str, Any]) -> str:
+    reference = PurePath(result["reference"]).name
+    return (
+        f"measured on your text: KL {result['mean_kld']:.4f}, same top token "
+        f"{result['same_top_pct']:.1f}% against {reference}"
+    )
 
 
 def memory_text(plan: QuantPlan) -> str:

@@ -22,6 +22,7 @@ from deskllm.gui.qt import (
     QSpinBox,
     QVBoxLayout,
     QWidget,
+    Signal,
 )
 from deskllm.gui.tasks import TaskRunner
 from deskllm.loader import ModelLoader, params_from_settings
@@ -58,6 +59,8 @@ def result_text(r: QualityResult) -> str:
 
 
 class QualityCheckDialog(QDialog):
+    stored = Signal()  # a result was stored (the Installed list shows it)
+
     def __init__(
         self,
         model: InstalledModel,
@@ -217,6 +220,7 @@ class QualityCheckDialog(QDialog):
             return
         self.progress.setValue(100)
         self.status.setText(result_text(self.result))
+        self.stored.emit()
 
     def done(self, code: int) -> None:
         """Closing the dialog cancels a running check and waits for its pass to end."""

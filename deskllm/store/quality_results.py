@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import PurePath
 from typing import Any
 
 from sqlite_utils import Database
@@ -50,6 +51,14 @@ class QualityResults:
     def for_model(self, model: str) -> list[dict[str, Any]]:
         """Every stored result of `model`, the newest first."""
         return self._rows("model = ?", [model])
+
+    def latest_by_file(self) -> dict[str, dict[str, Any]]:
+        """File name (no folder) -> the newest stored result of that model file: what the
+        Installed list and Discover show beside the scoreboard's tier."""
+        latest: dict[str, dict[str, Any]] = {}
+        for row in self._rows("1 = 1", []):  # newest first
+            latest.setdefault(PurePath(row["model"]).name, row)
+        return latest
 
     def _rows(self, where: str, args: list[Any]) -> list[dict[str, Any]]:
         out = []

@@ -15,11 +15,21 @@ from deskllm.catalog.curated import load_curated
 from deskllm.gui.live_settings import LiveSettings
 from deskllm.gui.model_discover import QUANT_COLUMNS
 from deskllm.gui.models_panel import ModelsPanel
+from deskllm.gui.plan_text import quality_text
+from deskllm.gui.qt import Qt
 from deskllm.store import ConversationStore, ModelLibrary, open_database
+from deskllm.store.quality_results import QualityResults
 
 TIMEOUT_MS = 120_000  # the first plan probes the hardware
 INSTALLED = "Qwen2.5-0.5B-Instruct-Q8_0.gguf"
 SPEED = 5  # curated table: Model, Params, Quant, Size, Fit, Expected speed
+QUALITY = {
+    "reference": "/models/Qwen2.5-0.5B-Instruct-f16.gguf",
+    "tokens": 1024, "mean_kld": 0.01234, "median_kld": 0.008, "kld_p99": 0.09,
+    "same_top_pct": 96.25, "ppl": 12.5, "ppl_reference": 12.4, "ppl_ratio": 1.008,
+    "seconds": 30.0, "delta_p": {"mean": 0.0, "rms": 0.01},
+}  # fmt: skip
+MEASURED = "measured on your text: KL 0.0123, same top token 96.2% against "
 
 
 @pytest.fixture
@@ -45,6 +55,8 @@ def panel(qtbot, deskllm_home, starter_model, tmp_path):
     store.add_message(conv.id, "user", "Hi")
     store.add_message(conv.id, "assistant", "Hello", model=str(installed),
                       metrics={"tg_tps": 42.0})  # fmt: skip
+    # And Check quality measured it against a reference on the user's text.
+    QualityResults(db).save(QUALITY | {"model": str(installed)}, text_sha256="ab" * 32, n_ctx=512)
     panel = ModelsPanel(library, LiveSettings(settings_mod.load()))
     qtbot.addWidget(panel)
     panel.show()
@@ -104,6 +116,12 @@ def test_a_curated_repo_is_planned_offline_with_expected_speeds(qtbot, offline, 
     q8 = [view.quants.item(r, 0).text() for r in range(view.quants.rowCount())].index("Q8_0")
     assert speeds[q8] == "~42 tok/s (measured)"
     assert all(s == "unknown" or s.endswith("(ceiling)") for i, s in enumerate(speeds) if i != q8)
+    # The quality check run on the installed Q8_0 shows beside the scoreboard's tier.
+    quality = QUANT_COLUMNS.index("Quality")
+    qualities = [view.quants.item(r, quality).text() for r in range(view.quants.rowCount())]
+    assert qualities[q8].startswith("near-lossless (KL ") and MEASURED in qualities[q8]
+    assert qualities[q8].endswith("Qwen2.5-0.5B-Instruct-f16.gguf")
+    assert not any("measured" in q for i, q in enumerate(qualities) if i != q8)
     assert view.recommended.text().startswith("Recommended: ")
 
 
@@ -174,3 +192,16 @@ def test_the_model_to_take_shows_the_file_the_catalog_rule_chose(qtbot):
     with qtbot.waitSignal(view.download_requested) as requested:
         table.cellWidget(row, 8).click()
     assert requested.args == [best.model.repo_id, quant.file]
+
+
+def test_installed_shows_the_measured_quality_beside_the_scoreboard_tier(qtbot, panel):
+    items = {panel.list.item(r).data(Qt.ItemDataRole.UserRole): panel.list.item(r)
+             for r in range(panel.list.count())}  # fmt: skip
+    checked = next(item for path, item in items.items() if path.endswith(INSTALLED))
+    assert "measured KL 0.0123" in checked.text()
+    assert not any("measured" in i.text() for i in items.values() if i is not checked)
+    panel.list.setCurrentItem(checked)
+    details = panel.details.text()
+    # The file holds the starter model's bytes: its header's quant gives the tier.
+    tier = quality_text(panel.selected_model().quant)
+    assert f"Quality: {tier} · {MEASURED}" in details, details
