@@ -138,7 +138,7 @@ class ModelMenuButton(QToolButton):
         if not endpoints:
             return
         menu.addSection("Remote")
-        choices: list[tuple[str, str, str]] = []  # (data, text, tooltip)
+        choices: list[tuple[str | None, str, str]] = []  # (data, text, tooltip); None: a note
         if self.catalog.any_routing():
             target = self.catalog.routing_target()
             tip = "The local model answers; no remote model listed yet"
@@ -152,7 +152,7 @@ class ModelMenuButton(QToolButton):
             probe = self.catalog.probes.get(endpoint.name)
             if probe is None or not probe.models:
                 why = "asking for its models…" if probe is None else (probe.error or "no models")
-                menu.addAction(f"{endpoint.name}: {why}").setEnabled(False)
+                choices.append((None, f"{endpoint.name}: {why}", endpoint.base_url))
                 continue
             for model in probe.models:
                 spec = f"{endpoint.name}/{model}"
@@ -160,13 +160,16 @@ class ModelMenuButton(QToolButton):
                                 "this chat are sent there"))  # fmt: skip
         for data, text, tip in choices:
             action = QAction(text, menu)
+            action.setToolTip(tip)
+            menu.addAction(action)
+            if data is None:
+                action.setEnabled(False)
+                continue
             action.setData(data)
             action.setCheckable(True)
             action.setChecked(data == self.chat_model)
-            action.setToolTip(tip)
             action.triggered.connect(lambda _checked=False, d=data: self._chat_chosen(d))
             self.group.addAction(action)
-            menu.addAction(action)
 
     def _chat_chosen(self, model: str) -> None:
         if model != self.chat_model:
