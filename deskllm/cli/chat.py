@@ -82,6 +82,8 @@ def _print_load(check: LoadCheck | None, loaded: Loaded) -> None:
     earlier loads calibrated it."""
     if check is None or check.plan is None:
         return
+    if check.measured:  # an automatic load that followed `deskllm bench --suite`
+        print(f"[automatic configuration: {check.measured}]", file=sys.stderr)
     est = check.plan.estimate
     samples = check.corrections.samples
     calibrated = f"calibrated by {samples} earlier loads" if samples else "not calibrated yet"

@@ -28,11 +28,18 @@ from sqlite_utils import Database
 
 from deskllm.engine.client import EngineClient
 from deskllm.engine.errors import EngineError
-from deskllm.engine.protocol import ChatMessage, Done, LoadParams, Sampling
+from deskllm.engine.protocol import ChatMessage, Done, LoadParams, Metrics, Sampling, TextDelta
 from deskllm.gguf.header import read_header
 from deskllm.hardware.report import HardwareReport
 from deskllm.loader import ModelLoader
-from deskllm.planner.bench_choice import ConfigFigures, abandon_reason, best_of, choose
+from deskllm.planner.bench_choice import (
+    HOPELESS_FACTOR,
+    ConfigFigures,
+    abandon_reason,
+    best_of,
+    choose,
+    first_token_reason,
+)
 from deskllm.planner.fit import FitPlanner
 from deskllm.planner.measured_configs import config_label, current_keys, vulkan_devices_of
 
@@ -42,7 +49,7 @@ SHAPES = ((1024, 16), (2048, 256), (384, 1152))
 QUICK_DIVISOR = 8  # --quick: every shape 8x smaller (seconds on a small VM, same keys)
 N_CTX = 4096  # holds the largest shape with its chat template
 QUICK_N_CTX = 1024
-PROBE_PROMPT_TOKENS = 48
+PROBE_PROMPT_TOKENS = 32
 PROBE_TOKENS = 16
 PROBE_SECONDS = 3.0  # a brief measurement stops here even if its tokens are not all out
 _TEXT = (
@@ -57,6 +64,14 @@ Progress = Callable[[str], None]
 
 class SuiteCancelled(Exception):
     """The suite was cancelled (BenchSuite.cancel); nothing is stored."""
+
+
+class NoFirstToken(Exception):
+    """A brief measurement's prompt took too long: the engine was ended."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"no token after {seconds:.1f} s")
+        self.seconds = seconds
 
 
 @dataclass(frozen=True)
@@ -257,11 +272,15 @@ class BenchSuite:
             ModelLoader(client, db=self.db, hardware=self._hardware).load(params)
             if self._words_per_token is None:
                 self._calibrate(client, conversation)
-            brief = self._probe(client, conversation)
-            figures = ConfigFigures(
-                config.id, config_label(row), brief.tg_tps, brief.pp_tps, bound=brief.bound
-            )
-            reason = abandon_reason(figures, best_of(briefs, self.metric), self.metric)
+            best = best_of(briefs, self.metric)
+            try:
+                brief = self._probe(client, conversation, best)
+            except NoFirstToken as exc:
+                row.update(status="abandoned", abandoned=first_token_reason(exc.seconds, best))
+                return row
+            figures = ConfigFigures(config.id, config_label(row), brief.tg_tps, brief.pp_tps,
+                                    bound=brief.bound, ttft_s=brief.ttft_s)  # fmt: skip
+            reason = abandon_reason(figures, best, self.metric)
             briefs.append(figures)
             if reason is not None:
                 row.update(
@@ -285,34 +304,66 @@ class BenchSuite:
         return row
 
     # Requests -----------------------------------------------------------------------------------
-    def _ask(self, client: EngineClient, conversation: str, prompt_tokens: int,
-             max_tokens: int, limit_s: float | None = None) -> Done:  # fmt: skip
-        """One reply to a fresh prompt of about `prompt_tokens` tokens; `limit_s`: cancel it
-        then (the figures so far are the result)."""
+    def _ask(
+        self,
+        client: EngineClient,
+        conversation: str,
+        prompt_tokens: int,
+        max_tokens: int,
+        decode_limit_s: float | None = None,
+        first_token_limit_s: float | None = None,
+    ) -> Done:
+        """One reply to a fresh prompt of about `prompt_tokens` tokens. `decode_limit_s`: cancel
+        it that long after its first token (the figures so far are the result);
+        `first_token_limit_s`: end the engine if no token has come by then (llama.cpp cannot
+        stop inside a prompt batch) and raise NoFirstToken."""
         text = f"Note {uuid.uuid4().hex}. " + self._filler(prompt_tokens)
         sampling = Sampling(temperature=0.0, repeat_penalty=1.0, max_tokens=max_tokens,
                             ignore_eos=True)  # fmt: skip
         lock = threading.Lock()
-        finished = False
+        state = {"finished": False, "first": False, "killed": False}
 
         def stop() -> None:
             with lock:  # never a Cancel after this reply ended: it would stop the next one
-                if not finished:
+                if not state["finished"]:
                     client.cancel()
 
-        timer = threading.Timer(limit_s, stop) if limit_s else None
+        def kill() -> None:
+            with lock:
+                if not state["finished"] and not state["first"]:
+                    state["killed"] = True
+                    client.kill()
+
+        timers: list[threading.Timer] = []
+
+        def start_timer(seconds: float, fn: Callable[[], None]) -> None:
+            timer = threading.Timer(seconds, fn)
+            timer.daemon = True
+            timers.append(timer)
+            timer.start()
+
+        started = time.perf_counter()
         reply = client.chat(conversation, [ChatMessage("user", text)], sampling)
         try:
-            if timer is not None:
-                timer.daemon = True
-                timer.start()
-            reply.wait()
+            if first_token_limit_s is not None:
+                start_timer(first_token_limit_s, kill)
+            for event in reply.events():
+                first = isinstance(event, TextDelta) or (
+                    isinstance(event, Metrics) and event.generated_tokens > 0
+                )
+                if first and not state["first"]:
+                    with lock:
+                        state["first"] = True
+                    if decode_limit_s is not None:
+                        start_timer(decode_limit_s, stop)
         finally:
             with lock:
-                finished = True
-            if timer is not None:
+                state["finished"] = True
+            for timer in timers:
                 timer.cancel()
         self._check()
+        if state["killed"]:
+            raise NoFirstToken(time.perf_counter() - started)
         if reply.done is None:
             raise reply.error or EngineError("the reply ended without a result")
         return reply.done
@@ -330,16 +381,25 @@ class BenchSuite:
         words = max(1, round((tokens - self._overhead_tokens) * (self._words_per_token or 1.0)))
         return " ".join(_WORDS[i % len(_WORDS)] for i in range(words))
 
-    def _probe(self, client: EngineClient, conversation: str) -> ShapeResult:
-        """A short prompt and a few tokens, PROBE_SECONDS at most. A reply cut off before its
-        second token still bounds the decode speed: under one token per second it took."""
-        done = self._ask(client, conversation, PROBE_PROMPT_TOKENS, PROBE_TOKENS, PROBE_SECONDS)
+    def _probe(
+        self, client: EngineClient, conversation: str, best: ConfigFigures | None
+    ) -> ShapeResult:
+        """A short prompt and a few tokens: PROBE_SECONDS of decoding at most, and, once there
+        is a best so far, HOPELESS_FACTOR times its time to first token (PROBE_SECONDS at
+        least) for the prompt, after which the engine is ended (NoFirstToken). A reply cut off
+        before its second token bounds the decode speed: under one token in the time it
+        waited for it."""
+        limit = None
+        if best is not None and best.ttft_s:
+            limit = max(PROBE_SECONDS, HOPELESS_FACTOR * best.ttft_s)
+        started = time.perf_counter()
+        done = self._ask(client, conversation, PROBE_PROMPT_TOKENS, PROBE_TOKENS,
+                         decode_limit_s=PROBE_SECONDS, first_token_limit_s=limit)  # fmt: skip
+        elapsed = time.perf_counter() - started
         result = _shape_result(done)
         if result.tg_tps is None:
-            m = done.metrics
-            waited = PROBE_SECONDS - (m.ttft_s or PROBE_SECONDS)
-            bound = 1.0 / max(waited, 0.5) if m.generated_tokens else 1.0 / PROBE_SECONDS
-            result = replace(result, tg_tps=bound, bound=True)
+            waited = elapsed - (done.metrics.ttft_s or 0.0)
+            result = replace(result, tg_tps=1.0 / max(waited, 0.1), bound=True)
         return result
 
     def _shape(self, client: EngineClient, conversation: str, pp: int, tg: int) -> ShapeResult:

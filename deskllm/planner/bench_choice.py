@@ -27,6 +27,7 @@ class ConfigFigures:
     pp_tps: float | None
     status: str = "measured"
     bound: bool = False  # the speed is an upper bound (a brief measurement cut off early)
+    ttft_s: float | None = None  # the brief measurement's time to first token
 
     def speed(self, metric: str) -> float | None:
         return self.pp_tps if metric == "prompt" else self.tg_tps
@@ -49,6 +50,16 @@ def abandon_reason(
         return None
     under = "under " if candidate.bound else ""
     return f"abandoned: {under}{slow:.1f} tok/s, {ratio:.0f}× slower than {best.id}"
+
+
+def first_token_reason(seconds: float, best: ConfigFigures | None) -> str:
+    """Why a configuration whose brief prompt gave no token in `seconds` was abandoned."""
+    if best is None or not best.ttft_s:
+        return f"abandoned: no token after {seconds:.1f} s"
+    return (
+        f"abandoned: no token after {seconds:.1f} s, {seconds / best.ttft_s:.0f}× the "
+        f"{best.ttft_s:.2f} s {best.id} took"
+    )
 
 
 def best_of(configs: Sequence[ConfigFigures], metric: str = "decode") -> ConfigFigures | None:

@@ -103,9 +103,8 @@ def config_label(config: dict[str, Any]) -> str:
     if config["backend"] == "CPU":
         threads = config["n_threads"]
         return f"CPU {threads} thread{'s' if threads != 1 else ''}"
-    return f"{config['device']} {config.get('description') or ''}".strip() + (
-        f", {config['n_gpu_layers']} layers"
-    )
+    name = (config.get("description") or "").split(" (")[0]  # "llvmpipe (LLVM 15…)": llvmpipe
+    return f"{config['device']} {name}".strip() + f", {config['n_gpu_layers']} layers"
 
 
 def figures(result: dict[str, Any]) -> list[ConfigFigures]:
@@ -127,19 +126,20 @@ def vulkan_devices_of(config: dict[str, Any]) -> str | None:
 
 
 def measured_summary(result: dict[str, Any]) -> str:
-    """One line that cites a suite: "measured: CPU 2 threads 147 tok/s, Vulkan0 llvmpipe 1.6
-    tok/s (abandoned)"."""
+    """One line that cites a suite: "measured: CPU 2 threads 147.0 tok/s, Vulkan0 llvmpipe, 31
+    layers 1.6 tok/s (abandoned: 92× slower than cpu-2t)"."""
     parts = []
     ceiling = result.get("ceiling_tps")
     for c in result["configs"]:
-        if not c.get("tg_tps"):
-            continue
-        text = f"{config_label(c)} {c['tg_tps']:.1f} tok/s"
+        speed = f" {c['tg_tps']:.1f} tok/s" if c.get("tg_tps") else ""
         if c.get("status") == "abandoned":
-            text += " (abandoned)"
-        elif ceiling and c["id"] == (result.get("chosen") or {}).get("id"):
-            text += f" ({c['tg_tps'] / ceiling:.0%} of the {ceiling:.0f} tok/s ceiling)"
-        parts.append(text)
+            why = (c.get("abandoned") or "").removeprefix("abandoned: ")
+            parts.append(f"{config_label(c)}{speed} (abandoned: {why})")
+        elif speed and ceiling and c["id"] == (result.get("chosen") or {}).get("id"):
+            share = f"{c['tg_tps'] / ceiling:.0%} of the {ceiling:.0f} tok/s ceiling"
+            parts.append(f"{config_label(c)}{speed} ({share})")
+        elif speed:
+            parts.append(f"{config_label(c)}{speed}")
     return "measured: " + ", ".join(parts) if parts else "measured: no configuration finished"
 
 

@@ -17,7 +17,13 @@ from deskllm.hardware import HardwareReport, report_from_dict
 from deskllm.hardware.report import EngineDevice, OffloadTarget
 from deskllm.loader import ModelLoader
 from deskllm.measure.suite import score, suite_configs
-from deskllm.planner.bench_choice import ConfigFigures, abandon_reason, best_of, choose
+from deskllm.planner.bench_choice import (
+    ConfigFigures,
+    abandon_reason,
+    best_of,
+    choose,
+    first_token_reason,
+)
 from deskllm.planner.fit import FitPlanner
 from deskllm.planner.measured_configs import (
     MachineKeys,
@@ -47,6 +53,14 @@ def test_a_config_ten_times_slower_than_the_best_so_far_is_abandoned_with_its_fi
     assert abandon_reason(cut_off, CPU2) == "abandoned: under 0.3 tok/s, 445× slower than cpu-2t"
     no_token = dataclasses.replace(LAVAPIPE, tg_tps=None)
     assert abandon_reason(no_token, CPU2).startswith("abandoned: no decode speed figure")
+
+
+def test_a_prompt_ten_times_slower_to_a_first_token_is_abandoned_with_its_times():
+    best = dataclasses.replace(CPU2, ttft_s=0.3)
+    assert first_token_reason(4.5, best) == (
+        "abandoned: no token after 4.5 s, 15× the 0.30 s cpu-2t took"
+    )
+    assert first_token_reason(4.5, None) == "abandoned: no token after 4.5 s"
 
 
 def test_the_best_so_far_counts_brief_figures_of_every_config():
@@ -125,7 +139,8 @@ def suite_result(model: Path, keys: MachineKeys, winner: str = "cpu-2t") -> dict
         model=str(model),
         configs=[
             config("cpu-2t", "CPU", "CPU", 2, 0, 147.0, 300.0),
-            config("vulkan0-31l", "Vulkan", "Vulkan0", 2, 31, lavapipe_tg, 40.0, lavapipe_status),
+            config("vulkan0-31l", "Vulkan", "Vulkan0", 2, 31, lavapipe_tg, 40.0, lavapipe_status)
+            | {"abandoned": "abandoned: 92× slower than cpu-2t" if lavapipe_tg < 2 else None},
             config("cpu-1t", "CPU", "CPU", 1, 0, 90.0, 400.0),
         ],
         chosen={"id": winner, "reason": "given"},
@@ -150,8 +165,8 @@ def test_results_are_stored_per_machine_build_and_model_file(tmp_path, starter_m
     [line] = diagnosis_lines(db, keys)
     assert line == (
         f"{starter_model.name}, measured by deskllm bench --suite: CPU 2 threads 147.0 tok/s "
-        "(61% of the 240 tok/s ceiling), Vulkan0 llvmpipe, 31 layers 1.6 tok/s (abandoned), "
-        "CPU 1 thread 90.0 tok/s; the suite chose cpu-2t."
+        "(61% of the 240 tok/s ceiling), Vulkan0 llvmpipe, 31 layers 1.6 tok/s (abandoned: "
+        "92× slower than cpu-2t), CPU 1 thread 90.0 tok/s; the suite chose cpu-2t."
     )
 
 
