@@ -201,32 +201,54 @@ def test_a_chat_on_a_remote_model_streams_is_stored_and_marked(window, qtbot, de
 def test_a_killed_remote_shows_a_banner_and_the_chat_continues_locally(
     window, qtbot, tmp_path, starter_model, extra_bufts
 ):
+    chat, banner = window.chat, window.chat.remote_banner
+    deltas: list[str] = []
+    window.bridge.delta.connect(lambda _cid, text: deltas.append(text))
     with llama_cpp_server(starter_model, ALIAS, LCS_KEY, tmp_path, extra_bufts) as server:
         register(window, "lcs", server.v1, LCS_KEY)
         refreshed(qtbot, window)
         choose(window, f"lcs/{ALIAS}")
-        set_sampling(window, **SHORT)
-        server.process.kill()
-        server.process.wait()
-        chat = window.chat
-        send_and_wait(qtbot, window, "Hello there.")
-    banner = chat.remote_banner
+        set_sampling(window, temperature=0, max_tokens=400)
+        with qtbot.waitSignal(window.bridge.finished, timeout=REPLY_TIMEOUT_MS):
+            type_and_send(qtbot, window, "Count from one to one hundred in words.")
+            qtbot.waitUntil(lambda: len(deltas) > 5, timeout=REPLY_TIMEOUT_MS)
+            server.process.kill()  # mid-reply
+            server.process.wait()
+
+    # The text so far is kept and marked; the banner names the endpoint and what happened.
+    cut = window.store.messages(chat.conversation_id)[-1]
+    assert cut.status == "interrupted" and cut.content and cut.metrics["error_kind"] == "dropped"
+    assert banner.isVisible()
+    assert banner.label.text().startswith("Remote engine lcs could not answer: endpoint lcs "
+                                          "dropped the connection mid-reply")  # fmt: skip
+    assert not chat.widgets[-1].continue_button.isVisible()  # not on the remote model
+    set_sampling(window, temperature=0, max_tokens=16)
+    with qtbot.waitSignal(window.bridge.finished, timeout=REPLY_TIMEOUT_MS) as blocker:
+        banner.continue_button.click()  # the local model goes on with the cut-off reply
+    assert isinstance(blocker.args[1].final, Done), blocker.args[1].final
+    assert not banner.isVisible()
+    assert Path(window.store.get(chat.conversation_id).model).resolve() == \
+        starter_model.resolve()  # fmt: skip
+    grown = window.store.messages(chat.conversation_id)[-1]
+    assert grown.id == cut.id and grown.status == "complete"
+    assert grown.content.startswith(cut.content) and len(grown.content) > len(cut.content)
+
+    # Back on the remote, which is gone now: the banner again, and the turn answered locally.
+    choose(window, f"lcs/{ALIAS}")
+    set_sampling(window, **SHORT)
+    send_and_wait(qtbot, window, "Hello there.")
     assert banner.isVisible()
     assert banner.label.text().startswith("Remote engine lcs could not answer: endpoint lcs is "
                                           f"unreachable at {server.v1}")  # fmt: skip
     failed = window.store.messages(chat.conversation_id)[-1]
     assert failed.status == "error" and "endpoint lcs is unreachable" in failed.metrics["error"]
-
     with qtbot.waitSignal(window.bridge.finished, timeout=REPLY_TIMEOUT_MS) as blocker:
         banner.continue_button.click()
     assert isinstance(blocker.args[1].final, Done)
-    assert not banner.isVisible()
-    conversation = window.store.get(chat.conversation_id)
-    assert Path(conversation.model).resolve() == starter_model.resolve()
     reply = window.store.messages(chat.conversation_id)[-1]
-    assert reply.status == "complete" and reply.content
-    assert reply.metrics["engine"] == "local"
-    assert [m.role for m in window.store.messages(chat.conversation_id)] == ["user", "assistant"]
+    assert reply.status == "complete" and reply.content and reply.metrics["engine"] == "local"
+    assert [m.role for m in window.store.messages(chat.conversation_id)] == [
+        "user", "assistant", "user", "assistant"]  # fmt: skip
 
 
 def test_auto_asks_the_remote_only_when_routing_is_allowed(make_window, qtbot, desk):
