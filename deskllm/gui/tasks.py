@@ -50,7 +50,7 @@ class TaskRunner(QObject):
     def post(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run `fn(*args)` on the GUI thread (from a task: streamed text, progress)."""
         if not self._closed:
-            self._deliver.emit(lambda: fn(*args))
+            self._emit(lambda: fn(*args))
 
     def shutdown(self, wait: bool = True) -> None:
         """Stop taking calls; with `wait`, block until the queued ones ran (app exit only)."""
@@ -64,7 +64,13 @@ class TaskRunner(QObject):
             if future.exception() is not None:
                 log.error("background task of %s failed", self.name, exc_info=future.exception())
             return
-        self._deliver.emit(lambda: callback(future))
+        self._emit(lambda: callback(future))
+
+    def _emit(self, fn: Callable[[], Any]) -> None:
+        try:
+            self._deliver.emit(fn)
+        except RuntimeError:  # the runner was deleted with its widget (a closed dialog)
+            log.debug("%s: a result arrived after the runner was deleted", self.name)
 
     def _on_deliver(self, fn: Callable[[], Any]) -> None:
         if not self._closed:
