@@ -4,8 +4,10 @@ measured through the app's own engine, and the fastest chosen (`deskllm bench --
 Configurations: the CPU with 1 … physical-core threads; each non-CPU device of the engine
 (CPU-type ones such as Mesa llvmpipe only when allowed) with every layer the planner says
 fits, and with half of them. Each is loaded with ModelLoader and first measured briefly (a
-short prompt and a few tokens, PROBE_SECONDS at most): one HOPELESS_FACTOR times slower than
-the best brief figure so far stops there, abandoned with its reason. The others run
+short prompt and a few tokens, PROBE_SECONDS of decoding at most): one HOPELESS_FACTOR times
+slower than the best brief figure so far stops there, abandoned with its reason, and so does
+one that gives no first token within HOPELESS_FACTOR times the best one's time to first token
+(its engine is ended: llama.cpp cannot stop inside a prompt batch). The others run
 LocalScore-style prompt + generation shapes; their mean speeds and TTFT are the
 configuration's figures. No rule predicts which configuration wins on a machine (the same
 llvmpipe device was 1.6x faster than the CPU on one VM of a kind and 90x slower on another),
