@@ -31,9 +31,11 @@ RELEASE_ENGINE = Path(__file__).resolve().parents[2] / ".engines" / "release"
 KEYS = {"model", "configs", "chosen", "ceiling_tps", "machine", "engine_build"}
 CONFIG_KEYS = {"id", "backend", "device", "n_threads", "n_gpu_layers", "pp_tps", "tg_tps",
                "ttft_s", "score", "joules_per_token", "status", "abandoned"}  # fmt: skip
-# A brief measurement is capped at 3 s; loading the model on lavapipe and the engine's start
-# come on top. Measured in full, a lavapipe configuration would take minutes here.
-ABANDON_WITHIN_S = 20.0
+# A brief measurement waits at most 10x the best one's time to first token (3 s at least) for
+# its first token; loading the model on lavapipe and the engine's start come on top: 11-14 s
+# here under a load average of 8-11 from other jobs. Measured in full, a lavapipe
+# configuration took 7.5 minutes in the same conditions.
+ABANDON_WITHIN_S = 30.0
 
 pytestmark = [
     pytest.mark.driver,
