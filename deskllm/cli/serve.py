@@ -9,6 +9,7 @@ from pathlib import Path
 from deskllm import settings as settings_mod
 from deskllm.cli.chat import resolve_model
 from deskllm.database import open_database
+from deskllm.engine.protocol import LoadParams
 from deskllm.loader import params_from_settings
 from deskllm.server.config import DEFAULT_MAX_QUEUE, DEFAULT_PORT, ServerConfig, is_loopback
 from deskllm.store import ModelLibrary
@@ -38,6 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from deskllm.server.api_key import key_path, stored_key
+    from deskllm.server.installed import InstalledModels
     from deskllm.server.model_host import ModelHost
     from deskllm.server.runner import serve
 
@@ -58,10 +60,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
     model_path = resolve_model(library, args.model)
     installed = library.find(model_path)
     model_id = installed.name if installed else Path(model_path).stem
-    params = params_from_settings(settings_mod.load(), model_path, n_ctx=args.ctx or None,
-                                 n_threads=args.threads or None)  # fmt: skip
-    host = ModelHost(params, model_id, max_queue=args.max_queue, open_db=open_database,
-                     parallel=args.parallel)  # fmt: skip
+    settings = settings_mod.load()
+
+    def params_for(path: str) -> LoadParams:
+        return params_from_settings(settings, path, n_ctx=args.ctx or None,
+                                    n_threads=args.threads or None)  # fmt: skip
+
+    # A request naming another installed model loads it with the same settings and flags.
+    library_models = InstalledModels(_installed_models, params_for)
+    host = ModelHost(params_for(model_path), model_id, max_queue=args.max_queue,
+                     open_db=open_database, parallel=args.parallel,
+                     installed=library_models)  # fmt: skip
     print(f"deskllm: serving {model_id} at http://{args.host}:{args.port}/v1 (loading…)",
           file=sys.stderr, flush=True)  # fmt: skip
     return serve(host, config)
+
+
+def _installed_models() -> list:
+    """The library now (a model may be installed while the server runs), from any thread."""
+    db = open_database()
+    try:
+        return ModelLibrary(db).list()
+    finally:
+        db.close()

@@ -69,13 +69,22 @@ def unauthorized() -> ApiError:
     )
 
 
-def model_not_found(name: str, served: str) -> ApiError:
+def model_not_found(name: str, served: str, installed: tuple[str, ...] = ()) -> ApiError:
+    others = [m for m in installed if m != served]
+    also = f" and can load {', '.join(map(repr, others))}" if others else ""
     return ApiError(
         404,
-        f"The model {name!r} does not exist on this server; it serves {served!r}.",
+        f"The model {name!r} does not exist on this server; it serves {served!r}{also} "
+        "(GET /v1/models lists them).",
         param="model",
         code="model_not_found",
     )
+
+
+def does_not_fit(model_id: str, reason: str) -> ApiError:
+    """An installed model this machine cannot hold: the planner's numbers, nothing unloaded."""
+    return ApiError(400, f"The model {model_id!r} does not fit this machine: {reason}",
+                    param="model", code="model_does_not_fit")  # fmt: skip
 
 
 def body_too_large(limit: int) -> ApiError:

@@ -1,22 +1,32 @@
 """ModelHost: the one model a server serves, loaded through the loader in the background (so
 /health can answer 503 while it loads), and the queue in front of its engine: the
-single-stream engine, or with `parallel` > 1 the batched engine with that many slots."""
+single-stream engine, or with `parallel` > 1 the batched engine with that many slots.
+
+With `installed` a request may name another installed model: `use()` checks it fits (the
+planner's refusal, before the served model is touched), lets the running requests finish,
+loads it in its place and answers; while it loads every other request gets 503."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
 from collections.abc import Callable
 from enum import StrEnum
+from pathlib import Path
 
 from deskllm.engine.client import EngineClient
-from deskllm.engine.errors import EngineError
-from deskllm.engine.protocol import LoadParams
+from deskllm.engine.errors import EngineError, ErrorKind
+from deskllm.engine.protocol import Loaded, LoadParams
 from deskllm.loader import ModelLoader
+from deskllm.server import errors
 from deskllm.server.engine_queue import EngineQueue
+from deskllm.server.installed import InstalledModels
 
 log = logging.getLogger("deskllm.server")
+
+_DRAIN_POLL_S = 0.05
 
 
 class HostState(StrEnum):
@@ -27,7 +37,8 @@ class HostState(StrEnum):
 
 class ModelHost:
     """Serves `params`' model as `model_id`. `open_db` opens the app's database in the loading
-    thread (the loader records calibration there); None loads without calibration."""
+    thread (the loader records calibration there); None loads without calibration.
+    `installed`: the models a request may switch to; None serves `model_id` only."""
 
     def __init__(
         self,
@@ -38,10 +49,12 @@ class ModelHost:
         open_db: Callable[[], object] | None = None,
         client: EngineClient | None = None,
         parallel: int = 1,
+        installed: InstalledModels | None = None,
     ) -> None:
         self.params = params
         self.model_id = model_id
         self.parallel = parallel
+        self.installed = installed
         if parallel > 1:
             from deskllm.engine.batch_client import BatchEngineClient
             from deskllm.server.batch_queue import BatchEngineQueue
@@ -52,29 +65,39 @@ class ModelHost:
             self.client = client or EngineClient()
             self.queue = EngineQueue(self.client, max_queue)
         self.state = HostState.LOADING
+        self.loading_id: str | None = model_id  # the model being loaded, while LOADING
         self.failure: str | None = None
         self.n_ctx = 0
         self.created = int(time.time())
         self._open_db = open_db
+        self._switching = asyncio.Lock()  # one switch at a time; requests for it wait here
         self.loaded_event = threading.Event()
         self.on_failure: Callable[[str], None] | None = None
 
     def start_loading(self) -> None:
         threading.Thread(target=self._load, name="deskllm-api-load", daemon=True).start()
 
+    def _loader(self) -> ModelLoader:
+        db = self._open_db() if self._open_db else None
+        return ModelLoader(self.client, db=db, slots=self.parallel)
+
+    def _loaded(self, loaded: Loaded) -> None:
+        self.n_ctx = loaded.n_ctx // self.parallel  # one slot's context
+        self.failure = None
+        self.loading_id = None
+        self.state = HostState.READY
+        log.info("serving %s (%d-token context)", self.model_id, self.n_ctx)
+
     def _load(self) -> None:
         try:
-            db = self._open_db() if self._open_db else None
-            loaded = ModelLoader(self.client, db=db, slots=self.parallel).load(self.params)
+            loaded = self._loader().load(self.params)
         except EngineError as exc:
             self._fail(str(exc))
         except Exception as exc:  # a bug: say so rather than serve 503 forever
             log.exception("loading the model failed")
             self._fail(f"loading failed: {exc}")
         else:
-            self.n_ctx = loaded.n_ctx // self.parallel  # one slot's context
-            self.state = HostState.READY
-            log.info("serving %s (%d-token context)", self.model_id, self.n_ctx)
+            self._loaded(loaded)
         finally:
             self.loaded_event.set()
 
@@ -84,6 +107,77 @@ class ModelHost:
         if self.on_failure is not None:
             self.on_failure(reason)
 
+    def serves(self, name: str) -> bool:
+        """Whether `name` is the served model: its id, file name or file stem."""
+        path = Path(self.params.model_path)
+        return name in (self.model_id, path.name, path.stem)
+
+    async def use(self, name: str) -> None:
+        """Make `name` the served model before a request is admitted. Raises ApiError: 503
+        while a model loads, 404 for a model that is not installed, 400 model_does_not_fit
+        with the planner's numbers for one this machine cannot hold."""
+        if self.installed is None or self.serves(name) or self.state == HostState.LOADING:
+            return  # admit() answers: served, 404 or 503
+        async with self._switching:
+            if self.serves(name) or self.state == HostState.LOADING:
+                return
+            found = await asyncio.to_thread(self.installed.find, name)
+            if found is None:
+                return  # admit() answers 404 with the list
+            model_id, model = found
+            params = self.installed.params_for(model.path)
+            try:
+                await asyncio.to_thread(self._check, params)
+            except EngineError as exc:
+                raise _load_error(model_id, exc) from None
+            # From here (in the event loop, so no request is between its check and its
+            # submit) every new request gets 503 until the switch ends.
+            self.state, self.loading_id = HostState.LOADING, model_id
+            log.info("switching from %s to %s", self.model_id, model_id)
+            await asyncio.to_thread(self._switch, params, model_id)
+
+    def _check(self, params: LoadParams) -> None:
+        self._loader().check(params)
+
+    def _switch(self, params: LoadParams, model_id: str) -> None:
+        """In a worker thread: wait for the admitted requests, then load; a failed load
+        brings the previous model back. Raises ApiError for the request that asked."""
+        while self.queue.waiting + self.queue.running:
+            time.sleep(_DRAIN_POLL_S)
+        previous = (self.params, self.model_id)
+        try:
+            loaded = self._loader().load(params)
+        except Exception as exc:
+            if not isinstance(exc, EngineError):
+                log.exception("loading %s failed", model_id)
+                exc = EngineError(f"loading failed: {exc}", ErrorKind.ERROR)
+            self._restore(*previous)
+            raise _load_error(model_id, exc) from None
+        self.params, self.model_id = params, model_id
+        self._loaded(loaded)
+
+    def _restore(self, params: LoadParams, model_id: str) -> None:
+        self.loading_id = model_id
+        try:
+            loaded = self._loader().load(params)
+        except Exception as exc:  # nothing is served now; a later request may load another
+            log.exception("reloading %s failed", model_id)
+            self.failure = f"{model_id} could not be loaded again: {exc}"
+            self.state = HostState.FAILED
+            return
+        self._loaded(loaded)
+
     def close(self) -> None:
         self.queue.close()
         self.client.close()
+
+
+def _load_error(model_id: str, exc: EngineError) -> errors.ApiError:
+    if exc.kind == ErrorKind.TOO_BIG:
+        return errors.does_not_fit(model_id, exc.reason)
+    if exc.kind == ErrorKind.BAD_MODEL:
+        return errors.bad_request(f"{model_id} cannot be loaded: {exc.reason}", param="model",
+                                  code="bad_model")  # fmt: skip
+    return errors.ApiError(500, f"{model_id} could not be loaded: {exc.reason}",
+                           type="server_error", param="model",
+                           code="model_load_failed")  # fmt: skip

@@ -15,6 +15,7 @@ router = APIRouter()
              response_model_exclude_none=True)  # fmt: skip
 async def chat_completions(body: ChatCompletionRequest, request: Request):
     serving: ChatCompletionServing = request.app.state.chat
+    await request.app.state.host.use(body.model)  # an installed model: loaded first
     job = serving.admit(body)  # before any byte is sent: errors keep their status
     if body.stream:
         return StreamingResponse(

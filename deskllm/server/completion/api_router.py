@@ -14,6 +14,7 @@ router = APIRouter()
 @router.post("/v1/completions", response_model=Completion, response_model_exclude_none=True)
 async def completions(body: CompletionRequest, request: Request):
     serving: CompletionServing = request.app.state.completion
+    await request.app.state.host.use(body.model)  # an installed model: loaded first
     job = serving.admit(body)  # before any byte is sent: errors keep their status
     if body.stream:
         return StreamingResponse(

@@ -13,5 +13,6 @@ router = APIRouter()
 @router.post("/v1/embeddings", response_model=EmbeddingList)
 async def embeddings(body: EmbeddingRequest, request: Request) -> EmbeddingList:
     serving: EmbeddingServing = request.app.state.embeddings
+    await request.app.state.host.use(body.model)  # an installed model: loaded first
     job = serving.admit(body)  # before waiting: errors keep their status
     return await serving.complete(body, job)

@@ -16,6 +16,8 @@ async def health(request: Request) -> JSONResponse:
     if host.state == HostState.READY:
         return JSONResponse({"status": "ok"})
     body = {"status": str(host.state)}
+    if host.state == HostState.LOADING and host.loading_id:
+        body["model"] = host.loading_id  # the model being loaded
     if host.failure:
         body["error"] = host.failure
     return JSONResponse(body, status_code=503, headers={"Retry-After": "5"})

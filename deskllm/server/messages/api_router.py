@@ -14,6 +14,7 @@ router = APIRouter()
 @router.post("/v1/messages", response_model=Message)
 async def messages(body: MessagesRequest, request: Request):
     serving: MessagesServing = request.app.state.messages
+    await request.app.state.host.use(body.model)  # an installed model: loaded first
     job = serving.admit(body)  # before any byte is sent: errors keep their status
     if body.stream:
         return StreamingResponse(

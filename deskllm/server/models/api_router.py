@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from fastapi import APIRouter, Request
 
 from deskllm.server.models.protocol import ModelList
@@ -12,4 +14,4 @@ router = APIRouter()
 
 @router.get("/v1/models", response_model=ModelList)
 async def list_models(request: Request) -> ModelList:
-    return model_list(request.app.state.host)
+    return await asyncio.to_thread(model_list, request.app.state.host)  # reads the library

@@ -13,6 +13,7 @@ class ModelCard(BaseModel):
     created: int
     owned_by: str = "deskllm"
     context_length: int  # llama-server and LM Studio report it too
+    loaded: bool = False  # the model the server holds now; a request naming another loads it
 
 
 class ModelList(BaseModel):
