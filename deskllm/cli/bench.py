@@ -82,12 +82,14 @@ def cmd_suite(args: argparse.Namespace) -> int:
     """`deskllm bench --suite`: progress on stderr, the result on stdout, stored for the
     automatic load. Ctrl+C stops the engine and stores nothing."""
     from deskllm import settings as user_settings
+    from deskllm.loader.params import cost_rates_from_settings
     from deskllm.measure.suite import BenchSuite, SuiteCancelled
     from deskllm.planner.measured_configs import save_suite
 
     db = open_database()
     model_path = resolve_model(ModelLibrary(db), args.model)
-    metric = args.metric or user_settings.load().auto_config_metric
+    settings = user_settings.load()
+    metric = args.metric or settings.auto_config_metric
     suite = BenchSuite(
         model_path,
         quick=args.quick,
@@ -95,6 +97,7 @@ def cmd_suite(args: argparse.Namespace) -> int:
         metric=metric,
         db=db,
         on_progress=lambda line: print(line, file=sys.stderr, flush=True),
+        cost_rates=cost_rates_from_settings(settings),
     )
     try:
         result = suite.run()
@@ -128,7 +131,14 @@ def format_suite(result: dict) -> str:
             f"{c['id']:<14}{config_label(c)[:33]:<34}{num(c['pp_tps']):>8}{num(c['tg_tps']):>8}"
             f"{num(c['ttft_s'], 2):>8}{num(c['score']):>8}{share:>9}  {status}"
         )
+    for c in result["configs"]:
+        if c.get("cost_per_mtok") is not None:
+            lines.append(f"{c['id']:<14}{c['cost_per_mtok']:.4f} per million tokens "
+                         f"({c['cost_source']}, at your electricity tariff)")  # fmt: skip
     ceiling = result["ceiling_tps"]
+    if result.get("depth_tps"):
+        points = ", ".join(f"{p['depth']}: {num(p['tg_tps'])}" for p in result["depth_tps"])
+        lines.append(f"depth    decode tok/s at tokens in context: {points}")
     lines.append(f"chosen   {result['chosen']['id'] or 'none'}: {result['chosen']['reason']}")
     if ceiling:
         lines.append(f"ceiling  {ceiling:.0f} tok/s decode (memory bandwidth / bytes per token)")

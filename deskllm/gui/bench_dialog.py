@@ -1,5 +1,6 @@
 """The Benchmark dialog: `deskllm bench --suite` with progress, cancel, the figures as a table
-and as bars, the choice and its reason (see deskllm.measure.suite). The suite runs on a
+(cost per million tokens included), as bars and as decode speed against context depth, the
+choice and its reason (see deskllm.measure.suite). The suite runs on a
 worker thread in an engine process of its own; its result is stored like the command's, so
 the next automatic load takes the winner.
 """
@@ -9,88 +10,44 @@ from __future__ import annotations
 from concurrent.futures import Future
 from typing import Any
 
+from deskllm import settings as user_settings
+from deskllm.gui.bench_charts import DepthChart, SpeedBars
 from deskllm.gui.qt import (
     QAbstractItemView,
     QCheckBox,
-    QColor,
     QComboBox,
     QDialog,
     QFormLayout,
     QHBoxLayout,
     QHeaderView,
     QLabel,
-    QPainter,
-    QPalette,
     QPlainTextEdit,
     QPushButton,
-    QSize,
-    Qt,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
     QWidget,
 )
 from deskllm.gui.tasks import TaskRunner
+from deskllm.loader.params import cost_rates_from_settings
 from deskllm.measure.suite import BenchSuite, SuiteCancelled
 from deskllm.planner.measured_configs import config_label, save_suite
 from deskllm.store import open_database
 
 COLUMNS = ("Configuration", "Prompt tok/s", "Decode tok/s", "TTFT s", "Score", "Of ceiling",
-           "Status")  # fmt: skip
+           "Cost / M tokens", "Status")  # fmt: skip
 
 
 def _num(value: float | None, digits: int = 1) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
 
-class SpeedBars(QWidget):
-    """Decode tok/s per configuration as horizontal bars, the chosen one in the highlight
-    colour, abandoned ones muted. Painted with QPainter: PySide6-Essentials (what the app
-    bundles) has no QtCharts, and a few bars do not need pyqtgraph."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.rows: list[tuple[str, float, str]] = []  # label, tok/s, "chosen" | "abandoned" | ""
-
-    def set_result(self, result: dict[str, Any]) -> None:
-        chosen = (result.get("chosen") or {}).get("id")
-        self.rows = [
-            (c["id"], c["tg_tps"] or 0.0,
-             "chosen" if c["id"] == chosen else ("abandoned" if c["status"] != "measured" else ""))
-            for c in result["configs"]
-        ]  # fmt: skip
-        self.updateGeometry()
-        self.update()
-
-    def sizeHint(self) -> QSize:  # noqa: N802 (Qt name)
-        line = self.fontMetrics().height()
-        return QSize(24 * line, max(1, len(self.rows)) * int(line * 1.5))
-
-    def paintEvent(self, _event) -> None:  # noqa: N802 (Qt name)
-        if not self.rows:
-            return
-        painter = QPainter(self)
-        metrics = self.fontMetrics()
-        line = int(metrics.height() * 1.5)
-        label_w = max(metrics.horizontalAdvance(r[0]) for r in self.rows) + 8
-        value_w = metrics.horizontalAdvance("0000.0 tok/s") + 8
-        width = max(1, self.width() - label_w - value_w)
-        top = max(r[1] for r in self.rows) or 1.0
-        palette = self.palette()
-        colours = {
-            "chosen": palette.color(QPalette.ColorRole.Highlight),
-            "abandoned": palette.color(QPalette.ColorRole.Mid),
-            "": palette.color(QPalette.ColorRole.Dark),
-        }
-        text = palette.color(QPalette.ColorRole.WindowText)
-        for i, (label, tps, kind) in enumerate(self.rows):
-            y = i * line
-            painter.setPen(text)
-            painter.drawText(0, y, label_w, line, Qt.AlignmentFlag.AlignVCenter, label)
-            bar = max(1, int(width * tps / top))
-            painter.fillRect(label_w, y + line // 6, bar, line - line // 3, QColor(colours[kind]))
-            painter.drawText(label_w + bar + 4, y, value_w, line, Qt.AlignmentFlag.AlignVCenter,
-                             f"{tps:.1f} tok/s")  # fmt: skip
+def cost_text(config: dict[str, Any]) -> str:
+    """A cost such as "0.0123 (estimated)", or "–" where the energy or the tariff is unknown."""
+    cost = config.get("cost_per_mtok")
+    if cost is None:
+        return "–"
+    return f"{cost:.4f} ({config.get('cost_source') or 'estimated'})"
 
 
 class BenchSuiteDialog(QDialog):
@@ -137,6 +94,7 @@ class BenchSuiteDialog(QDialog):
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.bars = SpeedBars()
+        self.depth_chart = DepthChart()
         self.chosen = QLabel("")
         self.chosen.setWordWrap(True)
         self.run_button = QPushButton("Run benchmark")
@@ -156,7 +114,10 @@ class BenchSuiteDialog(QDialog):
         layout.addWidget(self.status)
         layout.addWidget(self.log, 1)
         layout.addWidget(self.table, 1)
-        layout.addWidget(self.bars)
+        charts = QHBoxLayout()
+        charts.addWidget(self.bars, 1)
+        charts.addWidget(self.depth_chart, 1)
+        layout.addLayout(charts)
         layout.addWidget(self.chosen)
         layout.addLayout(buttons)
 
@@ -174,6 +135,7 @@ class BenchSuiteDialog(QDialog):
             quick=self.quick.isChecked(),
             allow_cpu_devices=self.allow_cpu_devices.isChecked(),
             metric=self.metric_box.currentData(),
+            cost_rates=cost_rates_from_settings(user_settings.load()),
             on_progress=lambda line: self._tasks.post(self.log.appendPlainText, line),
         )
         suite = self.suite
@@ -223,11 +185,12 @@ class BenchSuiteDialog(QDialog):
         for row, c in enumerate(result["configs"]):
             share = f"{c['ceiling_share']:.0%}" if c.get("ceiling_share") else "–"
             cells = (config_label(c), _num(c["pp_tps"]), _num(c["tg_tps"]),
-                     _num(c["ttft_s"], 2), _num(c["score"]), share,
+                     _num(c["ttft_s"], 2), _num(c["score"]), share, cost_text(c),
                      c.get("abandoned") or c.get("error") or c["status"])  # fmt: skip
             for column, text in enumerate(cells):
                 self.table.setItem(row, column, QTableWidgetItem(text))
         self.bars.set_result(result)
+        self.depth_chart.set_result(result)
         chosen = result["chosen"]
         ceiling = result.get("ceiling_tps")
         bound = f" The bandwidth ceiling is {ceiling:.0f} tok/s." if ceiling else ""

@@ -60,3 +60,28 @@ def local_reply_cost(
     if rates.hardware_per_hour > 0 and seconds:
         cost += rates.hardware_per_hour * seconds / 3600
     return cost, source
+
+
+def bench_cost_per_mtok(
+    joules_per_token: float | None,
+    energy_source: str | None,
+    tg_tps: float | None,
+    rates: LocalCostRates | None,
+) -> tuple[float | None, str]:
+    """A benchmarked configuration's cost of a million generated tokens and where it comes
+    from: "measured" (decode joules per token from a counter), "estimated" (the engine's
+    estimate, or the user's watts × the measured seconds per token, 1 / `tg_tps`) or "none"
+    (no tariff, or neither figure: cost None). The hardware's share per hour is added to a
+    known energy cost only."""
+    if rates is None or not rates.tariff_per_kwh > 0:
+        return None, "none"
+    if joules_per_token is not None and joules_per_token >= 0:
+        source = "estimated" if energy_source in (None, "estimated") else "measured"
+    elif rates.estimated_watts > 0 and tg_tps:
+        joules_per_token, source = rates.estimated_watts / tg_tps, "estimated"
+    else:
+        return None, "none"
+    cost = cost_per_million_tokens(
+        joules_per_token, rates.tariff_per_kwh, rates.hardware_per_hour or None, 1.0, tg_tps
+    )
+    return cost, source

@@ -9,9 +9,12 @@ slower than the best brief figure so far stops there, abandoned with its reason,
 one that gives no first token within HOPELESS_FACTOR times the best one's time to first token
 (its engine is ended: llama.cpp cannot stop inside a prompt batch). The others run
 LocalScore-style prompt + generation shapes; their mean speeds and TTFT are the
-configuration's figures. No rule predicts which configuration wins on a machine (the same
-llvmpipe device was 1.6x faster than the CPU on one VM of a kind and 90x slower on another),
-so the automatic load follows this measurement (see deskllm.loader).
+configuration's figures, and with the user's tariff its cost per million generated tokens.
+The chosen configuration's decode speed is then measured again at a few context depths
+(tokens already in the KV cache), as attention reads the whole cache for every token.
+No rule predicts which configuration wins on a machine (the same llvmpipe device was 1.6x
+faster than the CPU on one VM of a kind and 90x slower on another), so the automatic load
+follows this measurement (see deskllm.loader).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from deskllm.engine.client import EngineClient
 from deskllm.engine.errors import EngineError
 from deskllm.engine.protocol import ChatMessage, Done, LoadParams, Metrics, Sampling, TextDelta
 from deskllm.gguf.header import read_header
+from deskllm.hardware.energy_cost import LocalCostRates, bench_cost_per_mtok
 from deskllm.hardware.report import HardwareReport
 from deskllm.loader import ModelLoader
 from deskllm.planner.bench_choice import (
@@ -54,6 +58,13 @@ QUICK_N_CTX = 1024
 PROBE_PROMPT_TOKENS = 32
 PROBE_TOKENS = 16
 PROBE_SECONDS = 3.0  # a brief measurement stops here even if its tokens are not all out
+# Decode speed against context depth, for the chosen configuration: tokens in the KV cache
+# before decoding starts, and the tokens decoded at each depth.
+DEPTHS = (0, 512, 1024, 2048)
+QUICK_DEPTHS = (0, 128, 256, 512)
+DEPTH_TOKENS = 64
+QUICK_DEPTH_TOKENS = 16
+TEMPLATE_MARGIN = 64  # the chat template's own tokens and the note that makes a prompt fresh
 _TEXT = (
     "the lighthouse keeper wrote in her log every evening the wind's direction the colour "
     "of the sea the ships that passed and the birds that rested on the gallery rail over the "
@@ -103,6 +114,7 @@ class ShapeResult:
     ttft_s: float | None
     joules_per_token: float | None
     bound: bool = False  # tg_tps is an upper bound: the reply was cut off before 2 tokens
+    energy_source: str | None = None  # Metrics.energy_source: "rapl", "estimated", ...
 
 
 def suite_configs(
@@ -145,6 +157,11 @@ def suite_configs(
     return cpu[:1] + devices + cpu[1:], skipped
 
 
+def depth_points(depths: tuple[int, ...], n_ctx: int, generated: int) -> list[int]:
+    """The depths that leave room in `n_ctx` for the chat template and `generated` tokens."""
+    return [d for d in depths if d + TEMPLATE_MARGIN + generated <= n_ctx]
+
+
 def score(pp_tps: float | None, tg_tps: float | None, ttft_s: float | None) -> float | None:
     """LocalScore-style: the geometric mean of prompt tok/s, decode tok/s and 1000 / TTFT in
     ms, times 10 (higher is better)."""
@@ -168,15 +185,21 @@ class BenchSuite:
         hardware: HardwareReport | None = None,
         on_progress: Progress | None = None,
         base_params: LoadParams | None = None,
+        cost_rates: LocalCostRates | None = None,
     ) -> None:
+        """`cost_rates`: the user's tariff and watts (deskllm.loader.params
+        .cost_rates_from_settings); None leaves every cost unknown."""
         self.model_path = str(Path(model_path))
         self.quick = quick
         self.allow_cpu_devices = allow_cpu_devices
         self.metric = metric
+        self.cost_rates = cost_rates
         self.db = db
         self._hardware = hardware
         self._progress = on_progress or (lambda _line: None)
         self.n_ctx = QUICK_N_CTX if quick else N_CTX
+        self.depth_tokens = QUICK_DEPTH_TOKENS if quick else DEPTH_TOKENS
+        self.depths = depth_points(QUICK_DEPTHS if quick else DEPTHS, self.n_ctx, self.depth_tokens)
         self.shapes = tuple(
             (max(1, pp // QUICK_DIVISOR), max(2, tg // QUICK_DIVISOR)) if quick else (pp, tg)
             for pp, tg in SHAPES
@@ -231,13 +254,18 @@ class BenchSuite:
                     row["ceiling_share"] = round(share, 3) if share else None
                     results.append(row)
                     self._progress(f"    {_summary(row)}")
+                figures = [
+                    ConfigFigures(r["id"], config_label(r), r["tg_tps"], r["pp_tps"], r["status"])
+                    for r in results
+                ]
+                chosen = choose(figures, self.metric)
+                depth_tps = []
+                if chosen:
+                    winner = next(c for c in configs if c.id == chosen[0].id)
+                    reload = results[-1]["id"] != winner.id
+                    depth_tps = self._depth_curve(client, winner, reload)
             finally:
                 self._client = None
-        figures = [
-            ConfigFigures(r["id"], config_label(r), r["tg_tps"], r["pp_tps"], r["status"])
-            for r in results
-        ]
-        chosen = choose(figures, self.metric)
         by_id = {r["id"]: r for r in results}
         return dict(
             model=self.model_path,
@@ -253,6 +281,8 @@ class BenchSuite:
             n_ctx=self.n_ctx,
             shapes=[list(s) for s in self.shapes],
             skipped=skipped,
+            depth_tps=depth_tps,
+            depth_tokens=self.depth_tokens,
         )  # fmt: skip
 
     def _measure(
@@ -261,6 +291,7 @@ class BenchSuite:
         row: dict[str, Any] = config.as_dict() | dict(
             pp_tps=None, tg_tps=None, ttft_s=None, score=None, joules_per_token=None,
             status="failed", abandoned=None, error=None, seconds=None, shapes=[],
+            cost_per_mtok=None, cost_source="none",
         )  # fmt: skip
         started = time.perf_counter()
         params = replace(
@@ -298,12 +329,46 @@ class BenchSuite:
                 self._check()
                 shapes.append(self._shape(client, conversation, pp, tg))
             row.update(_aggregate(shapes), status="measured")
+            cost, source = bench_cost_per_mtok(
+                row["joules_per_token"], _energy_source(shapes), row["tg_tps"], self.cost_rates
+            )
+            row.update(cost_per_mtok=_rounded(cost, 6), cost_source=source)
         except EngineError as exc:
             self._check()  # a cancel ends the reply with an error: say cancelled, not failed
             row["error"] = str(exc)
         finally:
             row["seconds"] = round(time.perf_counter() - started, 2)
         return row
+
+    def _depth_curve(
+        self, client: EngineClient, config: SuiteConfig, reload: bool
+    ) -> list[dict[str, Any]]:
+        """Decode tok/s of `config` at each of self.depths tokens already in the KV cache:
+        [{depth (the prompt's tokens as the engine counted them), tg_tps}]. An engine error
+        leaves the curve empty (said in the progress): the configurations' figures stand."""
+        self._progress(f"decode speed against context depth, {config.id}:")
+        points: list[dict[str, Any]] = []
+        try:
+            if reload:
+                params = replace(
+                    self.base,
+                    n_threads=config.n_threads,
+                    n_gpu_layers=config.n_gpu_layers,
+                    vulkan_devices=vulkan_devices_of(config.as_dict()),
+                )
+                ModelLoader(client, db=self.db, hardware=self._hardware).load(params)
+            conversation = uuid.uuid4().hex
+            for depth in self.depths:
+                self._check()
+                done = self._ask(client, conversation, depth, self.depth_tokens)
+                m = done.metrics
+                points.append(dict(depth=m.prompt_tokens, tg_tps=_rounded(m.tg_tps)))
+                self._progress(f"    depth {m.prompt_tokens}: {_fmt(m.tg_tps)} tok/s")
+        except EngineError as exc:
+            self._check()
+            self._progress(f"    failed: {exc}")
+            return []
+        return points
 
     # Requests -----------------------------------------------------------------------------------
     def _ask(
@@ -426,12 +491,20 @@ def _probe() -> HardwareReport:
 def _shape_result(done: Done) -> ShapeResult:
     m = done.metrics
     return ShapeResult(m.prompt_tokens, m.generated_tokens, m.pp_tps, m.tg_tps, m.ttft_s,
-                       m.joules_per_token)  # fmt: skip
+                       m.joules_per_token, energy_source=m.energy_source)  # fmt: skip
 
 
 def _mean(values: list[float | None]) -> float | None:
     known = [v for v in values if v is not None]
     return statistics.fmean(known) if known else None
+
+
+def _energy_source(shapes: list[ShapeResult]) -> str | None:
+    """The shapes' energy source: a sensor's when every measured shape had one."""
+    sources = {s.energy_source for s in shapes if s.joules_per_token is not None}
+    if not sources:
+        return None
+    return "estimated" if "estimated" in sources or None in sources else sources.pop()
 
 
 def _aggregate(shapes: list[ShapeResult]) -> dict[str, Any]:

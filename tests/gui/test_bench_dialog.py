@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from deskllm.gui.bench_charts import DepthChart, line_points
 from deskllm.gui.bench_dialog import COLUMNS, SpeedBars
 from deskllm.gui.hardware_panel import HardwarePanel
 from deskllm.gui.qt import QApplication, QColor, QPalette
@@ -36,6 +37,14 @@ def test_a_run_shows_every_configuration_the_choice_and_stores_it(qtbot, dialog,
     assert dialog.table.item(0, 0).text().startswith("CPU ")
     assert dialog.chosen.text().startswith(f"Chosen: {result['chosen']['id']} — fastest")
     assert "[1/" in dialog.log.toPlainText()  # progress, line by line
+    # No tariff set: no cost is made up, and the table says so.
+    cost_column = COLUMNS.index("Cost / M tokens")
+    for row, config in enumerate(result["configs"]):
+        assert (config["cost_per_mtok"], config["cost_source"]) == (None, "none")
+        assert dialog.table.item(row, cost_column).text() == "–"
+    # The chosen configuration's decode speed against context depth, drawn beside the bars.
+    assert len(result["depth_tps"]) >= 3
+    assert dialog.depth_chart.points and dialog.depth_chart.config == result["chosen"]["id"]
     db = open_database()
     assert stored_suite(db, current_keys(), str(starter_model)) == result
 
@@ -71,3 +80,46 @@ def test_the_bars_show_the_chosen_configuration_in_the_highlight_colour(qtbot):
                for y in range(image.height())}  # fmt: skip
     assert highlight not in colours
     QApplication.processEvents()
+
+
+def test_the_cost_column_names_where_the_cost_comes_from(qtbot, dialog):
+    config = {"id": "cpu-1t", "backend": "CPU", "device": "CPU", "description": "cpu",
+              "n_threads": 1, "n_gpu_layers": 0, "pp_tps": 100.0, "tg_tps": 40.0,
+              "ttft_s": 0.5, "score": 50.0, "status": "measured", "abandoned": None,
+              "cost_per_mtok": 0.03125, "cost_source": "estimated"}  # fmt: skip
+    dialog.show_result({"configs": [config], "chosen": {"id": "cpu-1t", "reason": "fastest"}})
+    assert dialog.table.item(0, COLUMNS.index("Cost / M tokens")).text() == "0.0312 (estimated)"
+    assert dialog.depth_chart.points == []  # a result stored before depths were measured
+
+
+def test_line_points_scale_depth_and_speed_into_the_plot():
+    points = line_points([(0, 100.0), (512, 50.0), (1024, 25.0)], 200, 100)
+    assert points == [(0.0, 0.0), (100.0, 50.0), (200.0, 75.0)]
+    assert line_points([], 200, 100) == []
+    assert line_points([(0, 0.0)], 200, 100) == [(0.0, 100.0)]  # nothing divides by zero
+
+
+def test_the_depth_chart_draws_its_line_in_the_highlight_colour(qtbot):
+    chart = DepthChart()
+    qtbot.addWidget(chart)
+    chart.resize(chart.sizeHint())
+    highlight = QColor(chart.palette().color(QPalette.ColorRole.Highlight)).rgb()
+
+    def colours() -> set[int]:
+        image = chart.grab().toImage()
+        return {image.pixelColor(x, y).rgb() for x in range(image.width())
+                for y in range(image.height())}  # fmt: skip
+
+    assert highlight not in colours()  # nothing measured: nothing drawn
+    chart.set_result({"chosen": {"id": "cpu-1t"},
+                      "depth_tps": [{"depth": 27, "tg_tps": 48.0}, {"depth": 540, "tg_tps": 40.0},
+                                    {"depth": 1060, "tg_tps": 33.5}]})  # fmt: skip
+    assert highlight in colours()
+    # The line falls from the top left to lower right: its first dot sits above its last.
+    image = chart.grab().toImage()
+    rows_at = {x: [y for y in range(image.height()) if image.pixelColor(x, y).rgb() == highlight]
+               for x in range(image.width())}  # fmt: skip
+    drawn = [x for x, ys in rows_at.items() if ys]
+    left, right = min(drawn), max(drawn)
+    assert min(rows_at[left]) < min(rows_at[right])
+    assert "cpu-1t" in chart.toolTip()
