@@ -42,7 +42,9 @@ def test_depth_curve_and_estimated_cost_per_million_tokens(deskllm_home, starter
     expected = depth_points(QUICK_DEPTHS, QUICK_N_CTX, QUICK_DEPTH_TOKENS)
     assert len(points) == len(expected) >= 3, run.stderr
     depths = [p["depth"] for p in points]
-    assert depths == sorted(depths) and depths[0] < 64  # the chat template's own tokens
+    # Depth 0 holds the chat template's own tokens and the note that makes the prompt fresh
+    # (66 with the starter model here).
+    assert depths == sorted(depths) and depths[0] < 100
     for point, target in zip(points[1:], expected[1:], strict=True):
         assert abs(point["depth"] - target) <= 0.2 * target + 40, (depths, expected)
     assert all(p["tg_tps"] and p["tg_tps"] > 0 for p in points)
