@@ -20,6 +20,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from signal_helpers import sigint_as_at_a_terminal
 
 from deskllm.engine.client import EngineClient
 from deskllm.engine.protocol import LoadParams
@@ -141,6 +142,7 @@ def test_ctrl_c_stops_the_suite_and_its_engine_and_stores_nothing(
     proc = subprocess.Popen(
         [sys.executable, "-m", "deskllm", "bench", "--suite", "--json"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        preexec_fn=sigint_as_at_a_terminal,
     )  # fmt: skip
     try:
         engines: list[psutil.Process] = []

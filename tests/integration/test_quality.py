@@ -12,6 +12,7 @@ import sys
 import threading
 
 import pytest
+from signal_helpers import sigint_as_at_a_terminal
 
 from deskllm.engine.protocol import LoadParams
 from deskllm.measure.quality import (
@@ -55,7 +56,8 @@ def cli_process(cli_env):
 
     def start(*args: str) -> subprocess.Popen:
         proc = subprocess.Popen([sys.executable, "-m", "deskllm", *args], env=cli_env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                preexec_fn=sigint_as_at_a_terminal)  # fmt: skip
         started.append(proc)
         return proc
 
