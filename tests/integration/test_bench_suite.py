@@ -135,6 +135,17 @@ def test_deskllm_hw_cites_the_measurement(suite, session_home):
     assert re.search(r"Vulkan0 llvmpipe, \d+ layers( [\d.]+ tok/s)? \(abandoned: ", line), line
 
 
+def _is_engine(child: psutil.Process) -> bool:
+    """A child that is not multiprocessing's resource tracker; the hardware probe's short-lived
+    children may end (or be zombies) while they are looked at: not engines."""
+    try:
+        return child.status() != psutil.STATUS_ZOMBIE and (
+            "resource_tracker" not in " ".join(child.cmdline())
+        )
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return False
+
+
 def test_ctrl_c_stops_the_suite_and_its_engine_and_stores_nothing(
     deskllm_home, session_home, starter_model
 ):
@@ -150,7 +161,7 @@ def test_ctrl_c_stops_the_suite_and_its_engine_and_stores_nothing(
         while not engines and time.monotonic() < deadline:
             time.sleep(0.2)
             children = psutil.Process(proc.pid).children(recursive=True)
-            engines = [c for c in children if "resource_tracker" not in " ".join(c.cmdline())]
+            engines = [c for c in children if _is_engine(c)]
         assert engines, "the suite started no engine"
         time.sleep(2.0)  # into the measurement
         started = time.monotonic()

@@ -62,7 +62,9 @@ def read_request(conn: socket.socket) -> tuple[str, dict]:
 
 
 def sse_head(conn: socket.socket) -> None:
-    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+    # Connection: close, as each handler closes after one response: a client must not reuse
+    # the connection (reusing one this server just closed fails as "disconnected").
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n"
                  b"Transfer-Encoding: chunked\r\n\r\n")  # fmt: skip
 
 
@@ -204,6 +206,7 @@ def test_refused_key_and_server_errors_name_the_endpoint():
             body = json.dumps({"error": {"message": "model 'm' not found"}}).encode()
             status = b"404 Not Found"
         conn.sendall(b"HTTP/1.1 " + status + b"\r\nContent-Type: application/json\r\n"
+                     + b"Connection: close\r\n"
                      + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)  # fmt: skip
 
     with tcp_server(handle) as url:
@@ -270,7 +273,8 @@ def test_a_member_that_comes_back_passes_its_health_check_and_is_used_again():
         if "models" in line:
             body = json.dumps({"object": "list", "data": [{"id": "m"}]}).encode()
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                         + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)  # fmt: skip
+                         + b"Connection: close\r\n"
+                     + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)  # fmt: skip
             return
         sse_head(conn)
         send_chunk(conn, delta("back", finish="stop") + "data: [DONE]\n\n")
