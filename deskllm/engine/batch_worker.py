@@ -231,9 +231,7 @@ class BatchWorker:
         runtime = self.runtime
         if self.embedder is None:
             self.embedder = Embedder(runtime.model, runtime.n_ctx_seq, runtime.params.n_threads)
-        tokenized = [runtime.tokenize(text) for text in request.texts]
-        vectors = tuple(tuple(self.embedder.embed(tokens)) for tokens in tokenized)
-        total = sum(len(tokens) for tokens in tokenized)
+        vectors, total = self.embedder.embed_texts(request.texts, runtime.tokenize)
         self.send(Embeddings(request.request_id, vectors, total))
 
     # Chat -------------------------------------------------------------------------------------

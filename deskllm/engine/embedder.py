@@ -9,6 +9,7 @@ else the mean over the text's tokens (a chat model's). Runs only inside the engi
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable, Sequence
 
 from deskllm.engine.errors import EngineError, ErrorKind
 from deskllm.engine.runtime import L
@@ -71,6 +72,15 @@ class Embedder:
         vector = np.ctypeslib.as_array(raw, (self.n_embd,)).astype(np.float64)
         norm = float(np.linalg.norm(vector))
         return (vector / norm if norm > 0 else vector).tolist()
+
+    def embed_texts(
+        self, texts: Sequence[str], tokenize: Callable[[str], list[int]]
+    ) -> tuple[tuple[tuple[float, ...], ...], int]:
+        """Each text's embedding, tokenized with the chat model's `tokenize`, and the tokens
+        read in all (what both workers answer an Embed request with)."""
+        tokenized = [tokenize(text) for text in texts]
+        vectors = tuple(tuple(self.embed(tokens)) for tokens in tokenized)
+        return vectors, sum(len(tokens) for tokens in tokenized)
 
     def close(self) -> None:
         if getattr(self, "batch", None) is not None:
