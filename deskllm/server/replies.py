@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+
+from fastapi.responses import StreamingResponse
 
 from deskllm.engine.protocol import Done, Error, Exited, TextDelta
 from deskllm.server import errors
@@ -14,6 +16,16 @@ from deskllm.server.engine_queue import ChatRequest, EmbedRequest, Job, QueueFul
 from deskllm.server.model_host import ModelHost
 
 DISCONNECT_POLL_S = 0.5
+
+
+def event_stream(chunks: Iterator[str] | AsyncIterator[str]) -> StreamingResponse:
+    """Server-sent events as every streaming route sends them: never cached, never buffered by
+    a proxy in between (nginx's X-Accel-Buffering)."""
+    return StreamingResponse(
+        chunks,
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
 
 
 def conversation_id(user: str | None) -> str:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
-from fastapi.responses import StreamingResponse
 
 from deskllm.server.chat_completion.protocol import ChatCompletion, ChatCompletionRequest
 from deskllm.server.chat_completion.serving import ChatCompletionServing
+from deskllm.server.replies import event_stream
 
 router = APIRouter()
 
@@ -18,9 +18,5 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     await request.app.state.host.use(body.model)  # an installed model: loaded first
     job = serving.admit(body)  # before any byte is sent: errors keep their status
     if body.stream:
-        return StreamingResponse(
-            serving.stream(body, job),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
+        return event_stream(serving.stream(body, job))
     return await serving.complete(body, job, request.is_disconnected)
