@@ -3,13 +3,17 @@ measured through the app's own engine, and the fastest chosen (`deskllm bench --
 
 Configurations: the CPU with 1 … physical-core threads; each non-CPU device of the engine
 (CPU-type ones such as Mesa llvmpipe only when allowed) with every layer the planner says
-fits, and with half of them. Each is loaded with ModelLoader and first measured briefly (a
-short prompt and a few tokens, PROBE_SECONDS of decoding at most): one HOPELESS_FACTOR times
+fits, and with half of them; all CPU threads first, the reliable baseline the others are
+compared with. Each is loaded with ModelLoader and first measured briefly (a short prompt,
+then decoding for DECODE_WINDOW_S of wall-clock time at most): one HOPELESS_FACTOR times
 slower than the best brief figure so far stops there, abandoned with its reason, and so does
 one that gives no first token within HOPELESS_FACTOR times the best one's time to first token
 (its engine is ended: llama.cpp cannot stop inside a prompt batch). The others run
 LocalScore-style prompt + generation shapes; their mean speeds and TTFT are the
 configuration's figures, and with the user's tariff its cost per million generated tokens.
+A full measurement still running BUDGET_FACTOR times later than the best finished one had
+finished the same shape is stopped (its engine ended) and abandoned too: the backstop for
+brief figures that misled (under load from other work they come closer together).
 The chosen configuration's decode speed is then measured again at a few context depths
 (tokens already in the KV cache), as attention reads the whole cache for every token.
 No rule predicts which configuration wins on a machine (the same llvmpipe device was 1.6x
@@ -39,12 +43,16 @@ from deskllm.hardware.energy_cost import LocalCostRates, bench_cost_per_mtok
 from deskllm.hardware.report import HardwareReport
 from deskllm.loader import ModelLoader
 from deskllm.planner.bench_choice import (
+    BUDGET_FACTOR,
+    BUDGET_FLOOR_S,
     HOPELESS_FACTOR,
     ConfigFigures,
     abandon_reason,
     best_of,
     choose,
     first_token_reason,
+    over_budget_reason,
+    shape_deadlines,
 )
 from deskllm.planner.fit import FitPlanner
 from deskllm.planner.measured_configs import config_label, current_keys, vulkan_devices_of
@@ -57,7 +65,10 @@ N_CTX = 4096  # holds the largest shape with its chat template
 QUICK_N_CTX = 1024
 PROBE_PROMPT_TOKENS = 32
 PROBE_TOKENS = 16
-PROBE_SECONDS = 3.0  # a brief measurement stops here even if its tokens are not all out
+# A brief measurement decodes for this long after its first token at most, tokens out or
+# not: its rate is over wall-clock time, so a device 100x slower trips within seconds.
+DECODE_WINDOW_S = 1.5
+FIRST_TOKEN_FLOOR_S = 3.0  # the least a brief prompt is given for its first token
 # Decode speed against context depth, for the chosen configuration: tokens in the KV cache
 # before decoding starts, and the tokens decoded at each depth.
 DEPTHS = (0, 512, 1024, 2048)
@@ -186,14 +197,19 @@ class BenchSuite:
         on_progress: Progress | None = None,
         base_params: LoadParams | None = None,
         cost_rates: LocalCostRates | None = None,
+        budget_factor: float = BUDGET_FACTOR,
+        budget_floor_s: float = BUDGET_FLOOR_S,
     ) -> None:
         """`cost_rates`: the user's tariff and watts (deskllm.loader.params
-        .cost_rates_from_settings); None leaves every cost unknown."""
+        .cost_rates_from_settings); None leaves every cost unknown. `budget_factor`,
+        `budget_floor_s`: the full measurement's time budget (bench_choice.shape_deadlines)."""
         self.model_path = str(Path(model_path))
         self.quick = quick
         self.allow_cpu_devices = allow_cpu_devices
         self.metric = metric
         self.cost_rates = cost_rates
+        self.budget_factor = budget_factor
+        self.budget_floor_s = budget_floor_s
         self.db = db
         self._hardware = hardware
         self._progress = on_progress or (lambda _line: None)
@@ -214,6 +230,10 @@ class BenchSuite:
         self._client: EngineClient | None = None
         self._words_per_token: float | None = None
         self._overhead_tokens = 0.0
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
 
     def cancel(self) -> None:
         self._cancelled.set()
@@ -237,6 +257,7 @@ class BenchSuite:
         keys = current_keys()
         results: list[dict[str, Any]] = []
         briefs: list[ConfigFigures] = []
+        finished: list[ConfigFigures] = []  # the fully measured, with their times
         with EngineClient() as client:
             self._client = client
             try:
@@ -244,7 +265,7 @@ class BenchSuite:
                     self._check()
                     label = config_label(config.as_dict())
                     self._progress(f"[{index}/{len(configs)}] {config.id}: {label}")
-                    row = self._measure(client, config, briefs)
+                    row = self._measure(client, config, briefs, finished)
                     device = config.device if config.n_gpu_layers else None
                     ceiling = planner_for(device).tps_ceiling(
                         header, self.n_ctx, self.base.kv_type, config.n_gpu_layers
@@ -286,14 +307,19 @@ class BenchSuite:
         )  # fmt: skip
 
     def _measure(
-        self, client: EngineClient, config: SuiteConfig, briefs: list[ConfigFigures]
+        self,
+        client: EngineClient,
+        config: SuiteConfig,
+        briefs: list[ConfigFigures],
+        finished: list[ConfigFigures],
     ) -> dict[str, Any]:
         row: dict[str, Any] = config.as_dict() | dict(
             pp_tps=None, tg_tps=None, ttft_s=None, score=None, joules_per_token=None,
             status="failed", abandoned=None, error=None, seconds=None, shapes=[],
-            cost_per_mtok=None, cost_source="none",
+            cost_per_mtok=None, cost_source="none", load_seconds=None, measure_seconds=None,
         )  # fmt: skip
         started = time.perf_counter()
+        loaded_at: float | None = None
         params = replace(
             self.base,
             n_threads=config.n_threads,
@@ -303,6 +329,7 @@ class BenchSuite:
         conversation = uuid.uuid4().hex  # one per configuration: no KV state is switched
         try:
             ModelLoader(client, db=self.db, hardware=self._hardware).load(params)
+            loaded_at = time.perf_counter()
             if self._words_per_token is None:
                 self._calibrate(client, conversation)
             best = best_of(briefs, self.metric)
@@ -311,24 +338,29 @@ class BenchSuite:
             except NoFirstToken as exc:
                 row.update(status="abandoned", abandoned=first_token_reason(exc.seconds, best))
                 return row
+            under = "under " if brief.bound else ""
+            self._progress(f"    brief: decode {under}{_fmt(brief.tg_tps)} tok/s, "
+                           f"TTFT {_fmt(brief.ttft_s, 2)} s")  # fmt: skip
             figures = ConfigFigures(config.id, config_label(row), brief.tg_tps, brief.pp_tps,
                                     bound=brief.bound, ttft_s=brief.ttft_s)  # fmt: skip
             reason = abandon_reason(figures, best, self.metric)
             briefs.append(figures)
+            brief_row = dict(pp_tps=_rounded(brief.pp_tps), tg_tps=_rounded(brief.tg_tps),
+                             ttft_s=_rounded(brief.ttft_s, 3))  # fmt: skip
             if reason is not None:
-                row.update(
-                    status="abandoned",
-                    abandoned=reason,
-                    pp_tps=_rounded(brief.pp_tps),
-                    tg_tps=_rounded(brief.tg_tps),
-                    ttft_s=_rounded(brief.ttft_s, 3),
-                )
+                row.update(brief_row, status="abandoned", abandoned=reason)
                 return row
-            shapes = []
-            for pp, tg in self.shapes:
-                self._check()
-                shapes.append(self._shape(client, conversation, pp, tg))
+            best_finished = best_of(finished, self.metric)
+            deadlines = shape_deadlines(best_finished, self.budget_factor, self.budget_floor_s)
+            shapes, ends, late = self._shapes_within(client, conversation, deadlines)
+            if late is not None:
+                assert best_finished is not None
+                reason = over_budget_reason(late, deadlines[late], best_finished)
+                row.update(brief_row, status="abandoned", abandoned=reason)
+                return row
             row.update(_aggregate(shapes), status="measured")
+            finished.append(replace(figures, tg_tps=row["tg_tps"], pp_tps=row["pp_tps"],
+                                    bound=False, shape_ends_s=tuple(ends)))  # fmt: skip
             cost, source = bench_cost_per_mtok(
                 row["joules_per_token"], _energy_source(shapes), row["tg_tps"], self.cost_rates
             )
@@ -337,8 +369,57 @@ class BenchSuite:
             self._check()  # a cancel ends the reply with an error: say cancelled, not failed
             row["error"] = str(exc)
         finally:
-            row["seconds"] = round(time.perf_counter() - started, 2)
+            ended = time.perf_counter()
+            row["seconds"] = round(ended - started, 2)
+            if loaded_at is not None:
+                row["load_seconds"] = round(loaded_at - started, 2)
+                row["measure_seconds"] = round(ended - loaded_at, 2)
         return row
+
+    def _shapes_within(
+        self, client: EngineClient, conversation: str, deadlines: tuple[float, ...]
+    ) -> tuple[list[ShapeResult], list[float], int | None]:
+        """The shapes, the seconds at which each was done, and the index of the first one not
+        done by its deadline (None: all in time). A late one's engine is ended wherever it is
+        (a prompt batch too); the next load starts a fresh one."""
+        lock = threading.Lock()
+        state: dict[str, Any] = {"done": False, "late": None}
+        started = time.perf_counter()
+        shapes: list[ShapeResult] = []
+        ends: list[float] = []
+        for index, (pp, tg) in enumerate(self.shapes):
+            self._check()
+            timer = None
+            if index < len(deadlines):
+                left = deadlines[index] - (time.perf_counter() - started)
+                if left <= 0:
+                    return shapes, ends, index
+
+                def trip(index: int = index) -> None:
+                    with lock:
+                        if not state["done"]:
+                            state["late"] = index
+                            client.kill()
+
+                timer = threading.Timer(left, trip)
+                timer.daemon = True
+                state["done"] = False
+                timer.start()
+            try:
+                shapes.append(self._shape(client, conversation, pp, tg))
+            except EngineError:
+                if state["late"] is None:
+                    raise
+            finally:
+                with lock:
+                    state["done"] = True
+                if timer is not None:
+                    timer.cancel()
+            self._check()
+            if state["late"] is not None:
+                return shapes, ends, state["late"]
+            ends.append(time.perf_counter() - started)
+        return shapes, ends, None
 
     def _depth_curve(
         self, client: EngineClient, config: SuiteConfig, reload: bool
@@ -451,17 +532,18 @@ class BenchSuite:
     def _probe(
         self, client: EngineClient, conversation: str, best: ConfigFigures | None
     ) -> ShapeResult:
-        """A short prompt and a few tokens: PROBE_SECONDS of decoding at most, and, once there
-        is a best so far, HOPELESS_FACTOR times its time to first token (PROBE_SECONDS at
-        least) for the prompt, after which the engine is ended (NoFirstToken). A reply cut off
+        """A short prompt and a few tokens: DECODE_WINDOW_S of decoding at most (the engine's
+        rate is tokens over the wall-clock time since the first), and, once there is a best
+        so far, HOPELESS_FACTOR times its time to first token (FIRST_TOKEN_FLOOR_S at least)
+        for the prompt, after which the engine is ended (NoFirstToken). A reply cut off
         before its second token bounds the decode speed: under one token in the time it
         waited for it."""
         limit = None
         if best is not None and best.ttft_s:
-            limit = max(PROBE_SECONDS, HOPELESS_FACTOR * best.ttft_s)
+            limit = max(FIRST_TOKEN_FLOOR_S, HOPELESS_FACTOR * best.ttft_s)
         started = time.perf_counter()
         done = self._ask(client, conversation, PROBE_PROMPT_TOKENS, PROBE_TOKENS,
-                         decode_limit_s=PROBE_SECONDS, first_token_limit_s=limit)  # fmt: skip
+                         decode_limit_s=DECODE_WINDOW_S, first_token_limit_s=limit)  # fmt: skip
         elapsed = time.perf_counter() - started
         result = _shape_result(done)
         if result.tg_tps is None:
@@ -536,7 +618,10 @@ def _fmt(value: float | None, digits: int = 1) -> str:
 
 def _summary(row: dict[str, Any]) -> str:
     if row["status"] == "abandoned":
-        return f"{row['abandoned']} ({row['seconds']:.1f} s)"
+        split = ""
+        if row.get("load_seconds") is not None:
+            split = f": load {row['load_seconds']:.1f} s, measuring {row['measure_seconds']:.1f} s"
+        return f"{row['abandoned']} ({row['seconds']:.1f} s{split})"
     if row["status"] == "failed":
         return f"failed: {row['error']}"
     share = f", {row['ceiling_share']:.0%} of the ceiling" if row.get("ceiling_share") else ""

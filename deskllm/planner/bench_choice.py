@@ -13,6 +13,12 @@ from dataclasses import dataclass
 # A configuration this many times slower than the best so far, after a brief measurement,
 # is not measured in full: no later figure could make it the choice.
 HOPELESS_FACTOR = 10.0
+# The backstop that needs no brief figure to be right (under load from other work the brief
+# figures come closer together: lavapipe's was 5x the CPU's, not 90x): a full measurement
+# still running this many times later than the best finished configuration had finished the
+# same shape (BUDGET_FLOOR_S at least) is stopped there. One that slow cannot be the fastest.
+BUDGET_FACTOR = 4.0
+BUDGET_FLOOR_S = 3.0
 METRICS = ("decode", "prompt")  # what "fastest" means: decode (default) or prompt speed
 
 
@@ -28,6 +34,8 @@ class ConfigFigures:
     status: str = "measured"
     bound: bool = False  # the speed is an upper bound (a brief measurement cut off early)
     ttft_s: float | None = None  # the brief measurement's time to first token
+    # Seconds into its full measurement (the load apart) at which each shape was done.
+    shape_ends_s: tuple[float, ...] = ()
 
     def speed(self, metric: str) -> float | None:
         return self.pp_tps if metric == "prompt" else self.tg_tps
@@ -59,6 +67,26 @@ def first_token_reason(seconds: float, best: ConfigFigures | None) -> str:
     return (
         f"abandoned: no token after {seconds:.1f} s, {seconds / best.ttft_s:.0f}× the "
         f"{best.ttft_s:.2f} s {best.id} took"
+    )
+
+
+def shape_deadlines(
+    best: ConfigFigures | None, factor: float = BUDGET_FACTOR, floor_s: float = BUDGET_FLOOR_S
+) -> tuple[float, ...]:
+    """Seconds into its full measurement by which a configuration must be done with each
+    shape: `factor` times when `best` was, `floor_s` at least (empty: no budget, as for the
+    first configuration measured)."""
+    if best is None:
+        return ()
+    return tuple(max(floor_s, factor * end) for end in best.shape_ends_s)
+
+
+def over_budget_reason(shape: int, deadline_s: float, best: ConfigFigures) -> str:
+    """Why a configuration not done with shape `shape` (0-based) by `deadline_s` was stopped."""
+    took = best.shape_ends_s[shape]
+    return (
+        f"abandoned: shape {shape + 1} of {len(best.shape_ends_s)} not done after "
+        f"{deadline_s:.1f} s, {deadline_s / took:.0f}× the {took:.1f} s {best.id} took"
     )
 
 

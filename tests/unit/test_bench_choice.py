@@ -23,6 +23,8 @@ from deskllm.planner.bench_choice import (
     best_of,
     choose,
     first_token_reason,
+    over_budget_reason,
+    shape_deadlines,
 )
 from deskllm.planner.fit import FitPlanner
 from deskllm.planner.measured_configs import (
@@ -61,6 +63,17 @@ def test_a_prompt_ten_times_slower_to_a_first_token_is_abandoned_with_its_times(
         "abandoned: no token after 4.5 s, 15× the 0.30 s cpu-2t took"
     )
     assert first_token_reason(4.5, None) == "abandoned: no token after 4.5 s"
+
+
+def test_each_shape_must_be_done_by_four_times_when_the_best_finished_one_was():
+    assert shape_deadlines(None) == ()  # the first one measured has nothing to compare with
+    assert shape_deadlines(CPU2) == ()  # a brief figure only: no full times to go by
+    finished = dataclasses.replace(CPU2, shape_ends_s=(0.5, 2.5, 8.5))
+    assert shape_deadlines(finished) == (3.0, 10.0, 34.0)  # 3 s at least
+    assert shape_deadlines(finished, factor=0.1, floor_s=0.2) == pytest.approx((0.2, 0.25, 0.85))
+    assert over_budget_reason(1, 10.0, finished) == (
+        "abandoned: shape 2 of 3 not done after 10.0 s, 4× the 2.5 s cpu-2t took"
+    )
 
 
 def test_the_best_so_far_counts_brief_figures_of_every_config():
