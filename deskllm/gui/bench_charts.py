@@ -1,5 +1,6 @@
-"""The Benchmark dialog's two charts: decode tok/s per configuration (bars) and the chosen
-configuration's decode tok/s against context depth (a line).
+"""The Benchmark dialog's two charts: decode tok/s per configuration (bars, with the cost per
+million tokens beside where there is one) and the chosen configuration's decode tok/s against
+context depth (a line).
 
 Why no plotting library: the two charts are a few dozen lines of QPainter. pyqtgraph would
 add a dependency to the frozen app for them alone, and QtCharts is only in PySide6-Addons,
@@ -11,6 +12,24 @@ from __future__ import annotations
 from typing import Any
 
 from deskllm.gui.qt import QColor, QPainter, QPalette, QPen, QPointF, QSize, Qt, QWidget
+
+
+def cost_text(config: dict[str, Any]) -> str:
+    """A cost such as "0.0123 (estimated)", or "–" where the energy or the tariff is unknown."""
+    cost = config.get("cost_per_mtok")
+    if cost is None:
+        return "–"
+    return f"{cost:.4f} ({config.get('cost_source') or 'estimated'})"
+
+
+def bar_text(config: dict[str, Any]) -> str:
+    """What a bar says beside it: its decode tok/s, and its cost per million tokens where
+    there is one ("48.4 tok/s · 0.0181 / M tokens (estimated)")."""
+    text = f"{config.get('tg_tps') or 0.0:.1f} tok/s"
+    cost = config.get("cost_per_mtok")
+    if cost is None:
+        return text
+    return f"{text} · {cost:.4f} / M tokens ({config.get('cost_source') or 'estimated'})"
 
 
 def line_points(
@@ -27,17 +46,19 @@ def line_points(
 
 class SpeedBars(QWidget):
     """Decode tok/s per configuration as horizontal bars, the chosen one in the highlight
-    colour, abandoned ones muted."""
+    colour, abandoned ones muted; beside each its figures (bar_text)."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.rows: list[tuple[str, float, str]] = []  # label, tok/s, "chosen" | "abandoned" | ""
+        # label, tok/s, "chosen" | "abandoned" | "", the text beside the bar
+        self.rows: list[tuple[str, float, str, str]] = []
 
     def set_result(self, result: dict[str, Any]) -> None:
         chosen = (result.get("chosen") or {}).get("id")
         self.rows = [
             (c["id"], c["tg_tps"] or 0.0,
-             "chosen" if c["id"] == chosen else ("abandoned" if c["status"] != "measured" else ""))
+             "chosen" if c["id"] == chosen else ("abandoned" if c["status"] != "measured" else ""),
+             bar_text(c))
             for c in result["configs"]
         ]  # fmt: skip
         self.updateGeometry()
@@ -45,7 +66,8 @@ class SpeedBars(QWidget):
 
     def sizeHint(self) -> QSize:  # noqa: N802 (Qt name)
         line = self.fontMetrics().height()
-        return QSize(24 * line, max(1, len(self.rows)) * int(line * 1.5))
+        texts = max((self.fontMetrics().horizontalAdvance(r[3]) for r in self.rows), default=0)
+        return QSize(16 * line + texts, max(1, len(self.rows)) * int(line * 1.5))
 
     def paintEvent(self, _event) -> None:  # noqa: N802 (Qt name)
         if not self.rows:
@@ -54,7 +76,7 @@ class SpeedBars(QWidget):
         metrics = self.fontMetrics()
         line = int(metrics.height() * 1.5)
         label_w = max(metrics.horizontalAdvance(r[0]) for r in self.rows) + 8
-        value_w = metrics.horizontalAdvance("0000.0 tok/s") + 8
+        value_w = max(metrics.horizontalAdvance(r[3]) for r in self.rows) + 8
         width = max(1, self.width() - label_w - value_w)
         top = max(r[1] for r in self.rows) or 1.0
         palette = self.palette()
@@ -64,14 +86,14 @@ class SpeedBars(QWidget):
             "": palette.color(QPalette.ColorRole.Dark),
         }
         text = palette.color(QPalette.ColorRole.WindowText)
-        for i, (label, tps, kind) in enumerate(self.rows):
+        for i, (label, tps, kind, value) in enumerate(self.rows):
             y = i * line
             painter.setPen(text)
             painter.drawText(0, y, label_w, line, Qt.AlignmentFlag.AlignVCenter, label)
             bar = max(1, int(width * tps / top))
             painter.fillRect(label_w, y + line // 6, bar, line - line // 3, QColor(colours[kind]))
             painter.drawText(label_w + bar + 4, y, value_w, line, Qt.AlignmentFlag.AlignVCenter,
-                             f"{tps:.1f} tok/s")  # fmt: skip
+                             value)  # fmt: skip
 
 
 class DepthChart(QWidget):

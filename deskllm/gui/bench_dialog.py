@@ -1,8 +1,10 @@
 """The Benchmark dialog: `deskllm bench --suite` with progress, cancel, the figures as a table
-(cost per million tokens included), as bars and as decode speed against context depth, the
-choice and its reason (see deskllm.measure.suite). The suite runs on a
-worker thread in an engine process of its own; its result is stored like the command's, so
-the next automatic load takes the winner.
+(cost per million tokens included), as bars (each with its cost beside it) and as decode speed
+against context depth, the choice and its reason (see deskllm.measure.suite). The suite runs
+on a worker thread in an engine process of its own; its result is stored like the command's,
+so the next automatic load takes the winner. The app's own loaded model is freed while it
+runs (AppModel) and loaded again after it, Cancel included: two copies of a big model may not
+fit together.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from concurrent.futures import Future
 from typing import Any
 
 from deskllm import settings as user_settings
-from deskllm.gui.bench_charts import DepthChart, SpeedBars
+from deskllm.gui.app_model import AppModel
+from deskllm.gui.bench_charts import DepthChart, SpeedBars, cost_text
 from deskllm.gui.qt import (
     QAbstractItemView,
     QCheckBox,
@@ -34,6 +37,8 @@ from deskllm.measure.suite import BenchSuite, SuiteCancelled
 from deskllm.planner.measured_configs import config_label, save_suite
 from deskllm.store import open_database
 
+# Said before a run where the app may hold a model: the suite loads its own copy.
+UNLOAD_NOTE = "The loaded model is unloaded during the benchmark and loaded again after it."
 COLUMNS = ("Configuration", "Prompt tok/s", "Decode tok/s", "TTFT s", "Score", "Of ceiling",
            "Cost / M tokens", "Status")  # fmt: skip
 
@@ -42,22 +47,21 @@ def _num(value: float | None, digits: int = 1) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
 
-def cost_text(config: dict[str, Any]) -> str:
-    """A cost such as "0.0123 (estimated)", or "–" where the energy or the tariff is unknown."""
-    cost = config.get("cost_per_mtok")
-    if cost is None:
-        return "–"
-    return f"{cost:.4f} ({config.get('cost_source') or 'estimated'})"
-
-
 class BenchSuiteDialog(QDialog):
     """Choose a model and the options, run, watch progress, cancel; the result stays shown."""
 
     def __init__(
-        self, models: list[tuple[str, str]], metric: str = "decode", parent: QWidget | None = None
+        self,
+        models: list[tuple[str, str]],
+        metric: str = "decode",
+        parent: QWidget | None = None,
+        app_model: AppModel | None = None,
     ) -> None:
-        """`models`: (name, path) of the installed models, the default one first."""
+        """`models`: (name, path) of the installed models, the default one first;
+        `app_model`: the app's loaded model, freed while the suite runs (None: nothing to free,
+        as in the Hardware panel alone)."""
         super().__init__(parent)
+        self.app_model = app_model
         self.setWindowTitle("Benchmark this machine")
         self.suite: BenchSuite | None = None
         self.result: dict[str, Any] | None = None
@@ -84,6 +88,7 @@ class BenchSuiteDialog(QDialog):
             "Measures the model on the CPU with each thread count and on each device the "
             "engine can use; a configuration 10× slower than the best after a few tokens is "
             "abandoned. Automatic loads then use the fastest that fits."
+            + (f" {UNLOAD_NOTE}" if app_model is not None else "")
         )
         self.status.setWordWrap(True)
         self.log = QPlainTextEdit()
@@ -139,9 +144,20 @@ class BenchSuiteDialog(QDialog):
             on_progress=lambda line: self._tasks.post(self.log.appendPlainText, line),
         )
         suite = self.suite
-        self.status.setText("Measuring… (the machine is busy until it ends)")
         self.run_button.setEnabled(False)
         self.cancel_button.setEnabled(True)
+        if self.app_model is not None and self.app_model.loaded:
+            self.status.setText("Unloading the app's model to free its memory…")
+            self.app_model.release(lambda: self._launch(suite))
+        else:
+            self._launch(suite)
+
+    def _launch(self, suite: BenchSuite) -> None:
+        if suite.cancelled:  # cancelled while the app's model was being freed
+            self._ended()
+            self.status.setText("Cancelled: nothing was stored.")
+            return
+        self.status.setText("Measuring… (the machine is busy until it ends)")
         self._tasks.run(lambda: self._run(suite), self._on_done)
 
     @staticmethod
@@ -164,10 +180,16 @@ class BenchSuiteDialog(QDialog):
         self.cancel()  # closing the dialog stops the suite too
         super().reject()
 
-    def _on_done(self, future: Future) -> None:
+    def _ended(self) -> None:
+        """The suite is over (done, failed or cancelled): the app's model comes back."""
         self.suite = None
         self.run_button.setEnabled(True)
         self.cancel_button.setEnabled(False)
+        if self.app_model is not None:
+            self.app_model.restore()
+
+    def _on_done(self, future: Future) -> None:
+        self._ended()
         try:
             result = future.result()
         except SuiteCancelled:

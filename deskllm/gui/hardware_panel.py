@@ -13,6 +13,7 @@ from __future__ import annotations
 from concurrent.futures import Future
 from datetime import datetime
 
+from deskllm.gui.app_model import AppModel
 from deskllm.gui.bench_dialog import BenchSuiteDialog
 from deskllm.gui.qt import (
     QFont,
@@ -81,6 +82,8 @@ class HardwarePanel(QWidget):
         )
         self.bench_button.clicked.connect(self.open_benchmark)
         self.bench_dialog: BenchSuiteDialog | None = None
+        # The app's loaded model, freed while a benchmark runs (the main window sets it).
+        self.app_model: AppModel | None = None
         top = QHBoxLayout()
         top.addWidget(self.status, 1)
         top.addWidget(self.bench_button)
@@ -126,7 +129,8 @@ class HardwarePanel(QWidget):
         finally:
             db.close()
         models.sort(key=lambda m: starter is None or m.path != starter.path)
-        self.bench_dialog = BenchSuiteDialog([(m.name, m.path) for m in models], parent=self)
+        self.bench_dialog = BenchSuiteDialog([(m.name, m.path) for m in models], parent=self,
+                                             app_model=self.app_model)  # fmt: skip
         self.bench_dialog.finished.connect(lambda _code: self.refresh())
         self.bench_dialog.show()
         return self.bench_dialog

@@ -13,6 +13,7 @@ from deskllm.engine.errors import ErrorKind
 from deskllm.engine.load_defaults import DEFAULT_CTX_CAP
 from deskllm.engine.protocol import Loaded, LoadParams
 from deskllm.engine.reply import Reply
+from deskllm.gui.app_model import AppModel
 from deskllm.gui.chat_panel import NEW_TITLE, ChatPanel
 from deskllm.gui.elided_label import ElidedLabel
 from deskllm.gui.engine_bridge import EngineBridge
@@ -96,6 +97,8 @@ class MainWindow(QMainWindow):
         self.chat.input.set_send_key(self.settings.send_key)
         self.models = ModelsPanel(self.library, self.live_settings)
         self.hardware = HardwarePanel()
+        # A benchmark frees the loaded model while it runs and loads it again after it.
+        self.hardware.app_model = AppModel(self.bridge, lambda: self.loaded_path, self.load_model)
         # The planner (load checks, Discover's fit badges) reuses the panel's report instead
         # of probing again.
         self.hardware.report_ready.connect(remember_hardware)

@@ -1,13 +1,15 @@
 """The Benchmark dialog (Hardware panel → Benchmark…): the real suite on the real engine (the
 default CPU build here; lavapipe is tested in tests/integration/test_bench_suite.py), its
-table, bars and choice, the result stored, and Cancel."""
+table, bars (with the cost beside them) and choice, the result stored, and Cancel; in the
+main window the app's loaded model is freed while the suite runs and loaded again after it,
+Cancel included."""
 
 from __future__ import annotations
 
 import pytest
 
-from deskllm.gui.bench_charts import DepthChart, line_points
-from deskllm.gui.bench_dialog import COLUMNS, SpeedBars
+from deskllm.gui.bench_charts import DepthChart, bar_text, line_points
+from deskllm.gui.bench_dialog import COLUMNS, UNLOAD_NOTE, SpeedBars
 from deskllm.gui.hardware_panel import HardwarePanel
 from deskllm.gui.qt import QApplication, QColor, QPalette
 from deskllm.planner.measured_configs import current_keys, stored_suite
@@ -26,10 +28,39 @@ def dialog(qtbot, starter_model):
     return dialog
 
 
-def test_a_run_shows_every_configuration_the_choice_and_stores_it(qtbot, dialog, starter_model):
+@pytest.fixture
+def window_dialog(qtbot, window, starter_model):
+    """The dialog opened from the main window's Hardware panel, the starter model loaded."""
+    assert window.loaded_path == str(starter_model)
+    dialog = window.hardware.open_benchmark()
+    assert UNLOAD_NOTE in dialog.status.text()  # said before starting
+    dialog.quick.setChecked(True)
+    return dialog
+
+
+def app_model_events(window, dialog) -> list[str]:
+    """What happens to the app's model, in order, and whether the suite had begun by then."""
+    events: list[str] = []
+    began = lambda: "began" if "[1/" in dialog.log.toPlainText() else "before"  # noqa: E731
+    window.bridge.unloaded.connect(lambda: events.append(f"unloaded {began()}"))
+    window.bridge.loaded.connect(lambda _loaded: events.append(f"loaded {began()}"))
+    return events
+
+
+def test_a_run_shows_every_configuration_the_choice_and_stores_it(
+    qtbot, window, window_dialog, starter_model
+):
+    dialog = window_dialog
+    events = app_model_events(window, dialog)
     dialog.run_button.click()
     assert dialog.running and not dialog.run_button.isEnabled()
+    # The app's model is freed before the suite loads its own copy, and stays freed.
+    qtbot.waitUntil(lambda: "[1/" in dialog.log.toPlainText(), timeout=SUITE_TIMEOUT_MS)
+    assert events == ["unloaded before"]
+    assert window.loaded_path is None and window.bridge.client.loaded is None
     qtbot.waitUntil(lambda: not dialog.running, timeout=SUITE_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: window.loaded_path == str(starter_model), timeout=120_000)
+    assert events == ["unloaded before", "loaded began"]
     assert dialog.status.text().startswith("Stored"), dialog.status.text()
     result = dialog.result
     assert dialog.table.rowCount() == len(result["configs"]) >= 1
@@ -49,15 +80,40 @@ def test_a_run_shows_every_configuration_the_choice_and_stores_it(qtbot, dialog,
     assert stored_suite(db, current_keys(), str(starter_model)) == result
 
 
-def test_cancel_stops_the_suite_and_stores_nothing(qtbot, dialog, starter_model):
+def test_cancel_stops_the_suite_stores_nothing_and_loads_the_apps_model_again(
+    qtbot, window, window_dialog, starter_model
+):
+    dialog = window_dialog
+    events = app_model_events(window, dialog)
     dialog.quick.setChecked(False)  # full shapes: still running when cancelled
     dialog.run_button.click()
     qtbot.waitUntil(lambda: "pp " in dialog.log.toPlainText(), timeout=SUITE_TIMEOUT_MS)
+    assert window.loaded_path is None
     dialog.cancel_button.click()
     qtbot.waitUntil(lambda: not dialog.running, timeout=60_000)
     assert dialog.status.text() == "Cancelled: nothing was stored."
     assert dialog.run_button.isEnabled() and dialog.table.rowCount() == 0
     assert stored_suite(open_database(), current_keys(), str(starter_model)) is None
+    qtbot.waitUntil(lambda: window.loaded_path == str(starter_model), timeout=120_000)
+    assert events == ["unloaded before", "loaded began"]
+
+
+def test_cancel_while_the_apps_model_is_being_freed_runs_nothing_and_loads_it_again(
+    qtbot, window, window_dialog, starter_model
+):
+    dialog = window_dialog
+    events = app_model_events(window, dialog)
+    dialog.run_button.click()
+    dialog.cancel_button.click()  # before the unload has ended: the suite never starts
+    qtbot.waitUntil(lambda: not dialog.running, timeout=60_000)
+    assert dialog.status.text() == "Cancelled: nothing was stored."
+    qtbot.waitUntil(lambda: window.loaded_path == str(starter_model), timeout=120_000)
+    assert events == ["unloaded before", "loaded before"]
+    assert dialog.log.toPlainText() == ""
+
+
+def test_without_the_main_window_nothing_is_unloaded_and_nothing_said(dialog):
+    assert dialog.app_model is None and UNLOAD_NOTE not in dialog.status.text()
 
 
 def test_the_bars_show_the_chosen_configuration_in_the_highlight_colour(qtbot):
@@ -80,6 +136,35 @@ def test_the_bars_show_the_chosen_configuration_in_the_highlight_colour(qtbot):
                for y in range(image.height())}  # fmt: skip
     assert highlight not in colours
     QApplication.processEvents()
+
+
+def test_the_bars_show_the_cost_per_million_tokens_beside_the_speed_where_there_is_one(qtbot):
+    bars = SpeedBars()
+    qtbot.addWidget(bars)
+    costed = {"id": "cpu-1t", "tg_tps": 48.4, "status": "measured", "cost_per_mtok": 0.0181,
+              "cost_source": "estimated"}  # fmt: skip
+    metered = costed | {"id": "cpu-2t", "cost_per_mtok": 0.129, "cost_source": "measured"}
+    free = {"id": "vulkan0-31l", "tg_tps": 1.6, "status": "abandoned", "cost_per_mtok": None,
+            "cost_source": "none"}  # fmt: skip
+    assert bar_text(costed) == "48.4 tok/s · 0.0181 / M tokens (estimated)"
+    assert bar_text(metered) == "48.4 tok/s · 0.1290 / M tokens (measured)"
+    assert bar_text(free) == "1.6 tok/s"  # no cost: nothing made up
+    bars.set_result({"configs": [free], "chosen": {"id": None}})
+    narrow = bars.sizeHint().width()
+    bars.set_result({"configs": [costed, metered, free], "chosen": {"id": "cpu-1t"}})
+    assert [row[3] for row in bars.rows] == [bar_text(c) for c in (costed, metered, free)]
+    assert bars.sizeHint().width() > narrow  # room for the cost beside the bars
+
+    # The text is drawn: a cost row paints ink further right than a bar without one.
+    def rightmost_ink(config) -> int:
+        bars.set_result({"configs": [config], "chosen": {"id": None}})
+        bars.resize(bars.sizeHint())
+        image = bars.grab().toImage()
+        text = QColor(bars.palette().color(QPalette.ColorRole.WindowText)).rgb()
+        return max(x for x in range(image.width()) for y in range(image.height())
+                   if image.pixelColor(x, y).rgb() == text)  # fmt: skip
+
+    assert rightmost_ink(costed) > rightmost_ink(free | {"tg_tps": 48.4}) + 50
 
 
 def test_the_cost_column_names_where_the_cost_comes_from(qtbot, dialog):
