@@ -22,6 +22,9 @@ log = logging.getLogger("deskllm.settings")
 
 Applies = Literal["now", "next_load"]
 
+MAX_SERVER_SLOTS = 64
+AUTO_SERVER_SLOTS = 4  # "automatic" serves at most this many at once: what llama-server does
+
 
 @dataclass(frozen=True)
 class SettingSpec:
@@ -148,6 +151,20 @@ class Settings:
                  "prompts is written by the remote model instead (measured once per local "
                  "model and chat sampling, before the first such reply)"),
     )  # fmt: skip
+    server_slots: int = setting(
+        0,
+        SettingSpec("Server slots", minimum=0, maximum=MAX_SERVER_SLOTS, suffix=" slots",
+                    special=(0, "Automatic (as many as fit, up to 4)"),
+                    help="requests the local API server answers at once, each with a context "
+                         "of its own (the planner counts every slot's KV cache)"),
+    )  # fmt: skip
+    server_host: str = setting(
+        "127.0.0.1",
+        SettingSpec("Server address", "now", choices={
+            "127.0.0.1": "This computer only (127.0.0.1)",
+            "0.0.0.0": "Every network this computer is on (API key required)"}),
+    )  # fmt: skip
+    server_port: int = setting(8383, SettingSpec("Server port", "now", minimum=1, maximum=65535))
     extra: dict = field(default_factory=dict)  # keys of newer versions, kept when saving
 
     def validate(self) -> list[str]:

@@ -9,9 +9,11 @@ from pathlib import Path
 from deskllm import settings as settings_mod
 from deskllm.cli.chat import resolve_model
 from deskllm.database import open_database
+from deskllm.engine.errors import EngineError
 from deskllm.engine.protocol import LoadParams
-from deskllm.loader import params_from_settings
+from deskllm.loader import ModelLoader, params_from_settings
 from deskllm.server.config import DEFAULT_MAX_QUEUE, DEFAULT_PORT, ServerConfig, is_loopback
+from deskllm.settings import AUTO_SERVER_SLOTS
 from deskllm.store import ModelLibrary
 
 
@@ -32,8 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="requests that may wait while one is answered; more get 429")  # fmt: skip
     p.add_argument("--ctx", type=int, default=0, help="context length in tokens (0: settings)")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (0: settings)")
-    p.add_argument("--parallel", type=int, default=1,
-                   help="requests answered at once (slots of --ctx tokens each)")  # fmt: skip
+    p.add_argument("--parallel", type=int, default=None,
+                   help="requests answered at once (slots of --ctx tokens each); 0: as many "
+                        "as fit, up to 4; default: the server_slots setting (0)")  # fmt: skip
     p.set_defaults(func=cmd_serve)
 
 
@@ -52,7 +55,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = ServerConfig(host=args.host, port=args.port, api_key=api_key,
                           max_queue=args.max_queue,
                           cors_origins=tuple(args.cors_origin))  # fmt: skip
-    refusal = config.refusal() or ("--parallel must be 1 or more" if args.parallel < 1 else None)
+    parallel = args.parallel
+    refusal = config.refusal() or (
+        "--parallel must be 0 (as many as fit) or more"
+        if parallel is not None and parallel < 0
+        else None
+    )
     if refusal:
         print(f"deskllm: {refusal}", file=sys.stderr)
         return 2
@@ -68,11 +76,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     # A request naming another installed model loads it with the same settings and flags.
     library_models = InstalledModels(_installed_models, params_for)
-    host = ModelHost(params_for(model_path), model_id, max_queue=args.max_queue,
-                     open_db=open_database, parallel=args.parallel,
-                     installed=library_models)  # fmt: skip
-    print(f"deskllm: serving {model_id} at http://{args.host}:{args.port}/v1 (loading…)",
-          file=sys.stderr, flush=True)  # fmt: skip
+    params = params_for(model_path)
+    slots = settings.server_slots if parallel is None else parallel
+    if slots == 0:
+        try:
+            slots = ModelLoader(None).slots_that_fit(params, AUTO_SERVER_SLOTS)
+        except EngineError:
+            slots = 1  # a bad file: the load says why
+    host = ModelHost(params, model_id, max_queue=args.max_queue, open_db=open_database,
+                     parallel=slots, installed=library_models)  # fmt: skip
+    print(f"deskllm: serving {model_id} at http://{args.host}:{args.port}/v1 with {slots} "
+          f"slot{'s' if slots > 1 else ''} (loading…)", file=sys.stderr, flush=True)  # fmt: skip
     return serve(host, config)
 
 

@@ -15,6 +15,12 @@ Signals (all emitted on the GUI thread):
     metrics(Metrics): live figures of the reply being written.
     finished(str, Reply): conversation id and the stored, finished Reply.
     notice(str, str): conversation id, what the reply waits for (Auto's calibration).
+    serving(object): the EmbeddedServer now answering the API, or None once it stopped.
+    serve_failed(str): why the server could not start (the model stays as it was).
+
+While the API server runs, the model is loaded once in the batched engine with N slots: the
+server's requests and this window's chat (through a SlotClient) share its scheduler. Stopping
+the server loads the model back into the single-stream engine.
 """
 
 from __future__ import annotations
@@ -47,10 +53,14 @@ class EngineBridge(QObject):
     metrics = Signal(object)
     finished = Signal(str, object)
     notice = Signal(str, str)
+    serving = Signal(object)
+    serve_failed = Signal(str)
 
     def __init__(self, client: EngineClient, db_path: Path) -> None:
         super().__init__()
         self.client = client
+        self._single = client  # the engine used while no server runs
+        self.server = None  # the EmbeddedServer (task thread writes, GUI thread reads)
         self.db_path = db_path
         self.tasks = TaskRunner("engine", self)
         self._session: ChatSession | None = None  # made on the task thread
@@ -96,6 +106,14 @@ class EngineBridge(QObject):
             lambda: self._stream(conversation_id, lambda s: s.continue_reply(conversation_id))
         )
 
+    def start_serving(self, config, slots: int) -> None:
+        """Serve the loaded model at `config`'s address with `slots` slots (0: as many as
+        fit, up to AUTO_SERVER_SLOTS); `serving` or `serve_failed` follows."""
+        self.tasks.run(lambda: self._start_serving(config, slots))
+
+    def stop_serving(self) -> None:
+        self.tasks.run(self._stop_serving)
+
     def forget(self, conversation_id: str) -> None:
         """The conversation was deleted: drop its KV state in RAM and on disk."""
         self.client.forget(conversation_id)
@@ -108,6 +126,12 @@ class EngineBridge(QObject):
             active.cancel()  # a remote stream, or the router's current one
 
     @property
+    def streaming(self) -> bool:
+        """Whether a reply of this window is being written now."""
+        with self._active_lock:
+            return self._active is not None
+
+    @property
     def loader(self) -> ModelLoader | None:
         """The loader of the task thread (None before the first load); read its last_check
         on the GUI thread only after `loaded` or `load_failed`."""
@@ -115,22 +139,101 @@ class EngineBridge(QObject):
 
     def shutdown(self) -> None:
         self.stop()  # a remote stream too: its read would otherwise hold the exit
+        if self.server is not None:
+            self.tasks.run(self._stop_server_only)
         self.tasks.shutdown(wait=True)
         self.client.close()
+        if self.client is not self._single:
+            self._single.close()
 
     # Task thread ------------------------------------------------------------------------------
     def _parts(self) -> tuple[ModelLoader, ChatSession]:
         # An SQLite connection belongs to the thread that opened it: the task thread opens its
         # own (WAL lets it write while the GUI thread reads).
+        if self._db is None:
+            self._db = open_database(self.db_path)
         if self._session is None or self._loader is None:
-            db = self._db = open_database(self.db_path)
-            self._session = ChatSession(self.client, ConversationStore(db))
-            self._loader = ModelLoader(self.client, db=db)
+            slots = self.server.slots if self.server is not None else 1
+            self._session = ChatSession(self.client, ConversationStore(self._db))
+            self._loader = ModelLoader(self.client, db=self._db, slots=slots)
         return self._loader, self._session
+
+    def _use_client(self, client) -> None:
+        """Chat and load through `client` from now on (the task thread's parts follow)."""
+        self.client = client
+        self._session = self._loader = None
+
+    def _start_serving(self, config, slots: int) -> None:
+        from deskllm.engine.batch_client import BatchEngineClient
+        from deskllm.engine.slot_client import SlotClient
+        from deskllm.server.embedded import EmbeddedServer, ServerStartError
+        from deskllm.settings import AUTO_SERVER_SLOTS
+
+        if self.server is not None:
+            self.tasks.post(self.serving.emit, self.server)
+            return
+        params = self.client.params
+        if params is None:
+            self.tasks.post(self.serve_failed.emit, "Load a model first: the server serves "
+                            "the model loaded in the window.")  # fmt: skip
+            return
+        loader = self._parts()[0]
+        try:
+            if slots <= 0:
+                slots = loader.slots_that_fit(params, AUTO_SERVER_SLOTS)
+            engine = BatchEngineClient(slots)
+            self._single.unload()  # one copy of the model in memory (KV states go to disk)
+            batched = ModelLoader(engine, db=self._db, slots=slots)
+            loaded = batched.load(params, self._progress)
+        except EngineError as exc:
+            self._reload_single(params)
+            self.tasks.post(self.serve_failed.emit, f"The model could not be loaded with "
+                            f"{slots} slots: {exc}")  # fmt: skip
+            return
+        model_id = Path(params.model_path).stem
+        try:
+            server = EmbeddedServer(engine, loaded, model_id, config, slots)
+            server.start()
+        except ServerStartError as exc:
+            engine.close()
+            self._reload_single(params)
+            self.tasks.post(self.serve_failed.emit, str(exc))
+            return
+        self.server = server
+        self._use_client(SlotClient(engine))
+        self.tasks.post(self.serving.emit, server)
+
+    def _reload_single(self, params: LoadParams) -> None:
+        try:
+            loaded = ModelLoader(self._single, db=self._db).load(params, self._progress)
+        except EngineError as exc:
+            self.tasks.post(self.load_failed.emit, str(exc))
+        else:
+            self.tasks.post(self.loaded.emit, loaded)
+
+    def _stop_server_only(self) -> LoadParams | None:
+        """Stop the server and go back to the single-stream engine (not loaded yet); the
+        params of the model it served."""
+        server, self.server = self.server, None
+        if server is None:
+            return None
+        server.stop()
+        params = self.client.params
+        self.client.close()
+        self._use_client(self._single)
+        return params
+
+    def _stop_serving(self) -> None:
+        params = self._stop_server_only()
+        self.tasks.post(self.serving.emit, None)
+        if params is not None:
+            self._reload_single(params)
 
     def _load(self, params: LoadParams) -> None:
         try:
             loaded = self._parts()[0].load(params, self._progress)
+            if self.server is not None:  # the API serves the model the window loaded
+                self.server.model_changed(loaded, Path(params.model_path).stem)
         except EngineError as exc:
             self.tasks.post(self.load_failed.emit, str(exc))
         except Exception as exc:  # any failure becomes a message, never a dead task thread
@@ -154,6 +257,9 @@ class EngineBridge(QObject):
             self.tasks.post(self.loaded.emit, loaded)
 
     def _unload(self) -> None:
+        if self.server is not None:  # nothing left to serve
+            self._stop_server_only()
+            self.tasks.post(self.serving.emit, None)
         self.client.unload()
         self.tasks.post(self.unloaded.emit)
 

@@ -26,12 +26,14 @@ from deskllm.gui.qt import (
     QAction,
     QApplication,
     QKeySequence,
+    QLabel,
     QMainWindow,
     QProgressBar,
     QSettings,
     QSplitter,
     Qt,
     QTabWidget,
+    QTimer,
     QVBoxLayout,
     QWidget,
 )
@@ -83,6 +85,7 @@ class MainWindow(QMainWindow):
         self.loaded_path: str | None = None
         self.settings_dialog: SettingsDialog | None = None
         self.usage_dialog: UsageDialog | None = None
+        self.server_panel = None  # gui.server_panel.ServerPanel, made when first opened
         self.setWindowTitle("deskllm")
         self._build()
         self._build_menus()
@@ -131,6 +134,12 @@ class MainWindow(QMainWindow):
         self.statusBar().addWidget(self.model_label, 1)
         self.statusBar().addWidget(self.load_bar)
         self.statusBar().addPermanentWidget(self.readouts)
+        self.server_status = QLabel()  # shown while the local API server runs
+        self.server_status.hide()
+        self.statusBar().addPermanentWidget(self.server_status)
+        self.server_timer = QTimer(self)
+        self.server_timer.setInterval(1000)
+        self.server_timer.timeout.connect(self._show_server_status)
 
     def _build_menus(self) -> None:
         """Every action of the window, each with a mnemonic (Alt+letter) and the frequent ones
@@ -158,6 +167,7 @@ class MainWindow(QMainWindow):
         self._action(engine, "&Restart engine", self.restart_engine, QKeySequence("Ctrl+Shift+R"))
         self._action(engine, "Switch &model…", self.switch_model, QKeySequence("Ctrl+M"))
         self._action(engine, "Remote &engines…", self.chat.open_remote_engines)
+        self._action(engine, "Local API &server…", self.open_server_panel)
         view = self.menuBar().addMenu("&View")
         for index, name in enumerate(("&Chat", "&Models", "&Hardware")):
             # triggered(bool) passes `checked` first: it must not land in `i`.
@@ -205,6 +215,8 @@ class MainWindow(QMainWindow):
         bridge.load_failed.connect(self._model_failed)
         bridge.unloaded.connect(self._model_unloaded)
         bridge.metrics.connect(self.readouts.show_metrics)
+        bridge.serving.connect(self._serving_changed)
+        bridge.serve_failed.connect(lambda reason: self.statusBar().showMessage(reason, 15000))
         bridge.escalate_share = lambda: escalate_share(self.settings.router_escalate)
 
     # State -----------------------------------------------------------------------------------
@@ -438,6 +450,37 @@ class MainWindow(QMainWindow):
         self.usage_dialog.settings_requested.connect(self.open_settings)
         self.live_settings.changed.connect(self.usage_dialog.refresh)
         self.usage_dialog.show()
+
+    def open_server_panel(self) -> None:
+        """The local API server's panel (one per window; it keeps running when closed)."""
+        if self.server_panel is None:
+            from deskllm.gui.server_panel import ServerPanel
+
+            self.server_panel = ServerPanel(self)
+        if self.server_panel.isVisible():
+            self.server_panel.raise_()  # brought to the front when already open
+        self.server_panel.show()
+
+    def _serving_changed(self, server) -> None:
+        """The status bar says while the API serves (beside the chat's own readouts)."""
+        if server is None:
+            self.server_status.hide()
+            self.server_timer.stop()
+            return
+        self.server_timer.start()
+        self._show_server_status()
+        self.server_status.show()
+
+    def _show_server_status(self) -> None:
+        server = self.bridge.server
+        if server is None:
+            return
+        snap = server.snapshot()
+        in_use = min(snap.running + int(self.bridge.streaming), snap.slots)
+        last = snap.replies[-1] if snap.replies else None
+        speed = f" · last {last.tg_tps:.0f} tok/s" if last and last.tg_tps else ""
+        self.server_status.setText(f"API {snap.url} · {snap.running} running, {snap.waiting} "
+                                   f"waiting · slots {in_use}/{snap.slots}{speed}")  # fmt: skip
 
     def apply_settings(self, new: Settings) -> None:
         """Hand saved settings to every subscriber (LiveSettings.changed)."""

@@ -115,6 +115,32 @@ class ModelLoader:
             raise EngineError(f"{path.name} {reason}", ErrorKind.TOO_BIG)
         return LoadCheck(params, plan, corrections, measured[1] if measured else None)
 
+    def slots_that_fit(self, params: LoadParams, most: int) -> int:
+        """The most slots of `params.n_ctx` tokens each (1 to `most`) whose KV caches fit beside
+        the model the way one slot's does: no fewer layers on the GPU, and not refused. 1
+        without a hardware report or when even one does not fit (the load says why)."""
+        try:
+            header = read_header(Path(params.model_path))
+        except GgufError as exc:
+            raise EngineError(str(exc), ErrorKind.BAD_MODEL) from None
+        params = resolve_params(params, header.context_length)
+        report = self._hardware()
+        if report is None or report.memory.available_bytes <= 0:
+            return 1
+        corrections = self._corrections(header.architecture)
+        planner = FitPlanner(report, use_extra_bufts=bool(params.use_extra_bufts),
+                             corrections=lambda _a: corrections)  # fmt: skip
+        one = planner.plan(header, params.n_ctx, params.kv_type)
+        for n in range(most, 1, -1):
+            plan = planner.plan(header, params.n_ctx * n, params.kv_type)
+            same_place = plan.fit == one.fit and plan.n_gpu_layers >= one.n_gpu_layers
+            layers = plan.n_gpu_layers if params.gpu_auto else params.n_gpu_layers
+            refused = planner.refusal(header, replace(params, n_ctx=params.n_ctx * n,
+                                                      n_gpu_layers=layers))  # fmt: skip
+            if same_place and refused is None:
+                return n
+        return 1
+
     def _refusal(self, planner: FitPlanner, header: GgufHeader, params: LoadParams) -> str | None:
         if planner.hardware.memory.available_bytes <= 0:
             return None  # nothing known to check against

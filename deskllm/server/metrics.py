@@ -4,16 +4,38 @@ histogram need no library)."""
 from __future__ import annotations
 
 import threading
-from collections import Counter
+import time
+from collections import Counter, deque
+from dataclasses import dataclass
 
 from deskllm.engine.protocol import Done
 
 TTFT_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
+RECENT_REPLIES = 200
+LOG_LINES = 500
+
+
+@dataclass(frozen=True)
+class ReplyRecord:
+    """One finished reply, for the Server panel's table."""
+
+    at: float  # time.time() when it finished
+    prompt_tokens: int
+    cached_tokens: int
+    generated_tokens: int
+    ttft_s: float | None
+    tg_tps: float | None
+    finish_reason: str
+
+
 class ServerMetrics:
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self.recent: deque[ReplyRecord] = deque(maxlen=RECENT_REPLIES)
+        self._log: deque[tuple[int, str]] = deque(maxlen=LOG_LINES)
+        self._log_seq = 0
         self.requests: Counter[tuple[str, int]] = Counter()  # (path, status) → count
         self.replies: Counter[str] = Counter()  # finish reason → count
         self.prompt_tokens = 0
@@ -26,11 +48,33 @@ class ServerMetrics:
     def count_request(self, path: str, status: int) -> None:
         with self._lock:
             self.requests[(path, status)] += 1
+            self._add_line(f"{path} {status}")
+
+    def note(self, line: str) -> None:
+        """A line for the log (server started, stopped, a model loaded...)."""
+        with self._lock:
+            self._add_line(line)
+
+    def _add_line(self, line: str) -> None:
+        self._log_seq += 1
+        self._log.append((self._log_seq, f"{time.strftime('%H:%M:%S')} {line}"))
+
+    def log_since(self, seq: int) -> list[tuple[int, str]]:
+        """Log lines numbered after `seq` (each line's number is its first item)."""
+        with self._lock:
+            return [item for item in self._log if item[0] > seq]
+
+    def recent_replies(self) -> list[ReplyRecord]:
+        with self._lock:
+            return list(self.recent)
 
     def count_done(self, done: Done) -> None:
         m = done.metrics
         with self._lock:
             self.replies[done.finish_reason] += 1
+            self.recent.append(ReplyRecord(time.time(), m.prompt_tokens, m.cached_tokens,
+                                           m.generated_tokens, m.ttft_s, m.tg_tps,
+                                           done.finish_reason))  # fmt: skip
             self.prompt_tokens += m.prompt_tokens
             self.cached_tokens += m.cached_tokens
             self.completion_tokens += m.generated_tokens

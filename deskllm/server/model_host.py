@@ -50,8 +50,10 @@ class ModelHost:
         client: EngineClient | None = None,
         parallel: int = 1,
         installed: InstalledModels | None = None,
+        owns_client: bool = True,
     ) -> None:
         self.params = params
+        self.owns_client = owns_client  # False: the caller loaded `client` and closes it
         self.model_id = model_id
         self.parallel = parallel
         self.installed = installed
@@ -80,6 +82,11 @@ class ModelHost:
     def _loader(self) -> ModelLoader:
         db = self._open_db() if self._open_db else None
         return ModelLoader(self.client, db=db, slots=self.parallel)
+
+    def serve_loaded(self, loaded: Loaded) -> None:
+        """Serve what the caller already loaded into the client (no load of its own)."""
+        self._loaded(loaded)
+        self.loaded_event.set()
 
     def _loaded(self, loaded: Loaded) -> None:
         self.n_ctx = loaded.n_ctx // self.parallel  # one slot's context
@@ -169,7 +176,8 @@ class ModelHost:
 
     def close(self) -> None:
         self.queue.close()
-        self.client.close()
+        if self.owns_client:
+            self.client.close()
 
 
 def _load_error(model_id: str, exc: EngineError) -> errors.ApiError:

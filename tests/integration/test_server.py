@@ -272,7 +272,7 @@ def test_curl_shows_raw_server_sent_events(server, model):
     assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks).strip()
 
 
-def test_concurrent_streams_are_queued_and_each_answers_its_own_prompt(client, model):
+def test_concurrent_streams_each_answer_their_own_prompt(client, model):
     prompts = ["Name a colour.", "Name an animal."]
     alone = {
         p: client.chat.completions.create(model=model, messages=ask(p), **GREEDY)
@@ -292,7 +292,11 @@ def test_concurrent_streams_are_queued_and_each_answers_its_own_prompt(client, m
         t.start()
     for t in threads:
         t.join(300)
-    assert texts == alone
+    assert texts.keys() == alone.keys()
+    for prompt, text in texts.items():
+        # The server answers both at once in its slots; batched decoding is not
+        # batch-invariant, so a greedy reply may drift late, never at its start.
+        assert text.startswith(alone[prompt][:24]), (prompt, text, alone[prompt])
 
 
 def test_a_client_that_disconnects_cancels_its_reply(server, client, model):
@@ -322,7 +326,8 @@ def test_health_metrics_and_openapi(server):
 
 
 def test_a_full_queue_answers_429_with_retry_after(tmp_path, session_home, extra_bufts):
-    with running_server(tmp_path, session_home, "--max-queue", "0") as srv:
+    # One stream at a time (the single-stream engine): a second request has nothing to wait in.
+    with running_server(tmp_path, session_home, "--max-queue", "0", "--parallel", "1") as srv:
         client = openai.OpenAI(base_url=srv.v1, api_key="unused", max_retries=0, timeout=300)
         model = client.models.list().data[0].id
         long = client.chat.completions.create(model=model, messages=ask("Tell a story."),

@@ -33,7 +33,7 @@ TIME_TOOL = {"type": "function", "function": {"name": "get_time", "parameters": 
 @pytest.fixture(scope="module", params=["single", "batched"])
 def client(request, tmp_path_factory: pytest.TempPathFactory, session_home: Path, extra_bufts):
     home = tmp_path_factory.mktemp("serve-extras")
-    args = ("--parallel", "2") if request.param == "batched" else ()
+    args = ("--parallel", "2") if request.param == "batched" else ("--parallel", "1")
     with running_server(home, session_home, "--api-key", API_KEY, *args) as srv:
         yield openai.OpenAI(base_url=srv.v1, api_key=API_KEY, max_retries=0, timeout=300)
 

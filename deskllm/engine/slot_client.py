@@ -1,0 +1,86 @@
+"""SlotClient: one user's view of a batched engine that others use at the same time.
+
+The window's chat goes through it while the local API server answers other clients from the
+same engine (the same scheduler, the same slots). It has the surface the chat needs from
+EngineClient, but its `cancel` stops only the replies asked through it (an API stream goes
+on), and `restart`/`kill` act on the whole engine, as they say.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable
+
+from deskllm.engine.batch_client import BatchEngineClient
+from deskllm.engine.protocol import ChatMessage, Loaded, LoadParams, Sampling
+from deskllm.engine.reply import Reply
+
+
+class SlotClient:
+    def __init__(self, engine: BatchEngineClient) -> None:
+        self.engine = engine
+        self._lock = threading.Lock()
+        self._replies: weakref.WeakSet[Reply] = weakref.WeakSet()
+
+    @property
+    def params(self) -> LoadParams | None:
+        return self.engine.params
+
+    @property
+    def loaded(self) -> Loaded | None:
+        return self.engine.loaded
+
+    @property
+    def crashes(self) -> int:
+        return self.engine.crashes
+
+    @property
+    def pid(self) -> int | None:
+        return self.engine.pid
+
+    def load(
+        self, params: LoadParams, on_progress: Callable[[float], None] | None = None
+    ) -> Loaded:
+        return self.engine.load(params, on_progress)
+
+    def chat(
+        self,
+        conversation_id: str,
+        messages: list[ChatMessage] | tuple[ChatMessage, ...],
+        sampling: Sampling | None = None,
+        *,
+        wait_if_busy: bool = True,  # noqa: ARG002 (slots never refuse: a request waits its turn)
+        **options,
+    ) -> Reply:
+        reply = self.engine.chat(conversation_id, messages, sampling, **options)
+        with self._lock:
+            self._replies.add(reply)
+        return reply
+
+    def embed(self, texts: list[str] | tuple[str, ...]):
+        return self.engine.embed(texts)
+
+    def cancel(self) -> None:
+        """Stop this client's replies; the engine's other streams go on."""
+        with self._lock:
+            replies = list(self._replies)
+        for reply in replies:
+            reply.cancel()
+
+    def forget(self, conversation_id: str) -> None:
+        self.engine.forget(conversation_id)
+
+    def kill(self) -> None:
+        self.engine.kill()
+
+    def restart(self, on_progress: Callable[[float], None] | None = None) -> Loaded | None:
+        """A fresh engine with the same model and slots (every open stream ends)."""
+        params = self.engine.params
+        if params is None:
+            return None
+        self.engine.close(timeout=2.0)
+        return self.engine.load(params, on_progress)
+
+    def close(self, timeout: float = 10.0) -> None:
+        self.engine.close(timeout)

@@ -1,0 +1,132 @@
+"""EmbeddedServer: the local API served from inside the app (the window's Server panel), on a
+thread of its own, from an engine the app has already loaded and keeps.
+
+    server = EmbeddedServer(engine, loaded, model_id, config, slots)
+    server.start()          # raises ServerStartError (port taken, ...)
+    server.snapshot()       # what the panel shows
+    server.stop()
+
+Same FastAPI app, guards and limits as `deskllm serve`; the app's own chat shares the engine
+(see deskllm.engine.slot_client), so the engine's slots are shared between the two.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+
+import uvicorn
+
+from deskllm.engine.batch_client import BatchEngineClient
+from deskllm.engine.protocol import Loaded
+from deskllm.server.app import create_app
+from deskllm.server.config import ServerConfig
+from deskllm.server.metrics import ReplyRecord, ServerMetrics
+from deskllm.server.model_host import ModelHost
+from deskllm.server.runner import MAX_CONNECTIONS
+
+log = logging.getLogger("deskllm.server")
+
+START_TIMEOUT_S = 15.0
+
+
+class ServerStartError(RuntimeError):
+    """The server could not start listening (the reason is in words for the user)."""
+
+
+@dataclass(frozen=True)
+class ServerSnapshot:
+    url: str  # http://host:port/v1
+    model_id: str
+    slots: int
+    running: int  # API requests the engine is answering
+    waiting: int  # API requests queued for a slot
+    replies: list[ReplyRecord]
+
+
+class EmbeddedServer:
+    def __init__(
+        self,
+        engine: BatchEngineClient,
+        loaded: Loaded,
+        model_id: str,
+        config: ServerConfig,
+        slots: int,
+    ) -> None:
+        if engine.params is None:
+            raise ValueError("the engine has no model loaded")
+        self.config = config
+        self.slots = slots
+        self.host = ModelHost(engine.params, model_id, max_queue=config.max_queue,
+                              client=engine, parallel=slots, owns_client=False)  # fmt: skip
+        self.host.serve_loaded(loaded)
+        app = create_app(self.host, config, load_on_start=False)
+        self.metrics: ServerMetrics = app.state.metrics
+        self._server = uvicorn.Server(
+            uvicorn.Config(
+                app,
+                host=config.host,
+                port=config.port,
+                log_level="warning",
+                limit_concurrency=MAX_CONNECTIONS,
+                timeout_graceful_shutdown=3,
+            )
+        )
+        self._thread: threading.Thread | None = None
+        self._failure: str | None = None
+
+    @property
+    def url(self) -> str:
+        host = "127.0.0.1" if self.config.host in ("0.0.0.0", "::") else self.config.host
+        return f"http://{host}:{self.config.port}/v1"
+
+    def start(self) -> None:
+        """Listen, or raise ServerStartError; returns once requests are answered."""
+        self._thread = threading.Thread(target=self._run, name="deskllm-api", daemon=True)
+        self._thread.start()
+        self._thread.join(0)
+        waited = 0.0
+        while not self._server.started and self._thread.is_alive() and waited < START_TIMEOUT_S:
+            self._thread.join(0.05)
+            waited += 0.05
+        if not self._server.started:
+            self.stop()
+            reason = self._failure or "it did not start in time"
+            raise ServerStartError(
+                f"the server could not listen on {self.config.host}:{self.config.port}: "
+                f"{reason}. Choose another port, or stop the program using this one."
+            )
+        self.metrics.note(f"listening on {self.url} ({self.slots} slots)")
+        log.info("serving %s at %s", self.host.model_id, self.url)
+
+    def _run(self) -> None:
+        try:
+            self._server.run()
+        except SystemExit:  # uvicorn exits when it cannot bind (it has logged why)
+            self._failure = "the address is in use or not available"
+        except Exception as exc:
+            log.exception("the API server failed")
+            self._failure = str(exc)
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def model_changed(self, loaded: Loaded, model_id: str) -> None:
+        """The app loaded another model into the engine: serve it under its own name."""
+        self.host.params, self.host.model_id = self.host.client.params, model_id
+        self.host.serve_loaded(loaded)
+        self.metrics.note(f"now serving {model_id}")
+
+    def snapshot(self) -> ServerSnapshot:
+        queue = self.host.queue
+        return ServerSnapshot(self.url, self.host.model_id, self.slots, queue.running,
+                              queue.waiting, self.metrics.recent_replies())  # fmt: skip
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop listening; open streams end (their replies are cancelled)."""
+        self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self.host.close()  # the queue; the engine stays with its owner

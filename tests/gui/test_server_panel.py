@@ -1,0 +1,126 @@
+"""The Server panel: the window serves its loaded model through the local API, the window's
+chat and the API's streams share one batched engine (one copy of the model, one scheduler),
+and stopping the server goes back to the single-stream engine. Real engine, real server,
+the official openai SDK as the client."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import openai
+import pytest
+from gui_helpers import REPLY_TIMEOUT_MS, send_and_wait, set_sampling
+
+from deskllm.engine.protocol import Done
+from deskllm.engine.slot_client import SlotClient
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(qtbot, win, port: int, slots: int, require_key: bool = False):
+    win.open_server_panel()
+    panel = win.server_panel
+    panel.port.setValue(port)
+    panel.slots.setValue(slots)
+    panel.require_key.setChecked(require_key)
+    with qtbot.waitSignal(win.bridge.serving, timeout=REPLY_TIMEOUT_MS) as blocker:
+        panel.start_button.click()
+    assert blocker.args[0] is not None, panel.status.text()
+    return panel, blocker.args[0]
+
+
+def stream_reply(client: openai.OpenAI, model: str, prompt: str, out: dict) -> None:
+    try:
+        stream = client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": prompt}], stream=True,
+            max_tokens=160, temperature=0, extra_body={"ignore_eos": True},
+        )  # fmt: skip
+        out["text"] = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    except Exception as exc:  # the assertion below says what happened
+        out["error"] = exc
+
+
+def test_the_window_serves_its_model_and_its_chat_shares_the_slots(qtbot, window):
+    win = window
+    single = win.bridge.client
+    panel, server = start(qtbot, win, free_port(), slots=2, require_key=True)
+    key = server.config.api_key
+    assert key and panel.key.text() == key
+    assert panel.address.text() == server.url
+    # One copy of the model: the single-stream engine gave it up, the chat uses the slots.
+    assert single.loaded is None
+    assert isinstance(win.bridge.client, SlotClient)
+    assert win.bridge.client.engine is server.host.client
+    assert "slots 0/2" in win.server_status.text()
+
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=server.url, api_key="wrong", max_retries=0).models.list()
+    api = openai.OpenAI(base_url=server.url, api_key=key, max_retries=0, timeout=120)
+    outs = [{}, {}]
+    threads = [threading.Thread(target=stream_reply, args=(api, server.host.model_id, p, o))
+               for p, o in zip(("Tell me about ships.", "Tell me about trees."), outs,
+                               strict=True)]  # fmt: skip
+    for t in threads:
+        t.start()
+    qtbot.waitUntil(lambda: server.snapshot().running >= 1 or bool(outs[0] or outs[1]),
+                    timeout=REPLY_TIMEOUT_MS)  # fmt: skip
+    assert not any("error" in out for out in outs), outs
+    # The window's chat while API streams run: it waits for a slot or shares the batch.
+    set_sampling(win, max_tokens=24, temperature=0.0)
+    final = send_and_wait(qtbot, win, "Say hello.")
+    for t in threads:
+        t.join(REPLY_TIMEOUT_MS / 1000)
+    assert isinstance(final, Done), final
+    assert final.metrics.n_ctx == 2048  # one slot's context, as the window chose it
+    for out in outs:
+        assert "error" not in out, out["error"]
+        assert len(out["text"]) > 20
+
+    panel.refresh()
+    assert panel.table.rowCount() >= 2
+    assert "/v1/chat/completions 200" in panel.log.toPlainText()
+    assert "401" in panel.log.toPlainText()
+
+    with qtbot.waitSignal(win.bridge.loaded, timeout=REPLY_TIMEOUT_MS):
+        panel.start_button.click()  # Stop: the model goes back to the single engine
+    assert win.bridge.server is None and win.bridge.client is single
+    assert panel.start_button.text() == "&Start server"
+    assert not win.server_status.isVisible()
+    with pytest.raises(openai.APIConnectionError):
+        api.models.list()
+    assert isinstance(send_and_wait(qtbot, win, "Say hello again."), Done)
+
+
+def test_a_taken_port_is_said_and_the_window_keeps_its_model(qtbot, window):
+    win = window
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        win.open_server_panel()
+        panel = win.server_panel
+        panel.port.setValue(port)
+        with qtbot.waitSignal(win.bridge.serve_failed, timeout=REPLY_TIMEOUT_MS) as failed:
+            panel.start_button.click()
+    assert f"could not listen on 127.0.0.1:{port}" in failed.args[0]
+    assert failed.args[0] in panel.status.text()
+    assert win.bridge.server is None
+    qtbot.waitUntil(lambda: win.bridge.client.loaded is not None, timeout=REPLY_TIMEOUT_MS)
+    set_sampling(win, max_tokens=8)
+    assert isinstance(send_and_wait(qtbot, win, "Hello?"), Done)
+
+
+def test_a_wider_address_always_requires_the_key(qtbot, window):
+    window.open_server_panel()
+    panel = window.server_panel
+    panel.require_key.setChecked(False)
+    panel.host.setCurrentIndex(panel.host.findData("0.0.0.0"))
+    assert panel.require_key.isChecked() and not panel.require_key.isEnabled()
+    assert panel.config().api_key  # the stored key
+    panel.host.setCurrentIndex(panel.host.findData("127.0.0.1"))
+    assert panel.require_key.isEnabled()
