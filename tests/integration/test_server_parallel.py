@@ -223,3 +223,25 @@ def test_each_slot_samples_with_its_own_settings(server):
     as_json, as_prose = run_at_once([bound, free])
     assert as_json.text.lstrip().startswith("{"), as_json.text
     assert not as_prose.text.lstrip().startswith("{"), as_prose.text
+
+
+EIGHT = (*PROMPTS, "Name a planet.", "What is two plus two?", "Name a musical instrument.",
+         "What do bees make?")  # fmt: skip
+
+
+def test_eight_concurrent_streams_all_complete_each_answering_its_own_prompt(
+    tmp_path, session_home, extra_bufts
+):
+    home = tmp_path / "eight"
+    home.mkdir()
+    with running_server(home, session_home, "--api-key", API_KEY, "--parallel", "8") as srv:
+        # Each prompt's first 8 tokens alone (a reply of exactly 8 tokens, greedy).
+        alone = [stream_chat(srv, ask(p), max_tokens=8, ignore_eos=True) for p in EIGHT]
+        assert all(a.usage["completion_tokens"] == 8 for a in alone)
+        together = run_at_once([lambda p=p: stream_chat(srv, ask(p), max_tokens=24,
+                                                        ignore_eos=True)
+                                for p in EIGHT])  # fmt: skip
+    assert max(s.first for s in together) < min(s.end for s in together)  # decoded together
+    for reply, own in zip(together, alone, strict=True):
+        assert reply.usage["completion_tokens"] == 24 and reply.finish == "length"
+        assert reply.text.startswith(own.text), (reply.text, own.text)
