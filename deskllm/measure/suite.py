@@ -3,14 +3,15 @@ measured through the app's own engine, and the fastest chosen (`deskllm bench --
 
 Configurations: the CPU with 1 … physical-core threads; each non-CPU device of the engine
 (CPU-type ones such as Mesa llvmpipe only when allowed) with every layer the planner says
-fits, and with half of them; all CPU threads first, the reliable baseline the others are
-compared with. Each is loaded with ModelLoader and first measured briefly (a short prompt,
-then decoding for DECODE_WINDOW_S of wall-clock time at most): one HOPELESS_FACTOR times
-slower than the best brief figure so far stops there, abandoned with its reason, and so does
-one that gives no first token within HOPELESS_FACTOR times the best one's time to first token
-(its engine is ended: llama.cpp cannot stop inside a prompt batch). The others run
-LocalScore-style prompt + generation shapes; their mean speeds and TTFT are the
-configuration's figures, and with the user's tariff its cost per million generated tokens.
+fits, and with half of them; the CPU with all threads and with half of them first, the
+reliable baseline the others are compared with. Each is loaded with ModelLoader and first
+measured briefly (a short prompt, then decoding for DECODE_WINDOW_S of wall-clock time at
+most): one HOPELESS_FACTOR times slower than the best brief figure so far stops there,
+abandoned with its reason, and so does one that gives no first token within HOPELESS_FACTOR
+times the best one's time to first token (its engine is ended: llama.cpp cannot stop inside
+a prompt batch). The others run LocalScore-style prompt + generation shapes; their mean
+speeds and TTFT are the configuration's figures, and with the user's tariff its cost per
+million generated tokens.
 A full measurement still running BUDGET_FACTOR times later than the best finished one had
 finished the same shape is stopped (its engine ended) and abandoned too: the backstop for
 brief figures that misled (under load from other work they come closer together).
@@ -135,8 +136,11 @@ def suite_configs(
     n_ctx: int,
     allow_cpu_devices: bool = False,
 ) -> tuple[list[SuiteConfig], list[str]]:
-    """Every configuration to measure, in the order that finds the likely best first (all
-    CPU threads, then devices, then fewer threads), and the devices left out with why."""
+    """Every configuration to measure, in the order that finds the likely best first, and the
+    devices left out with why. The CPU with all threads and with half of them come first: the
+    baseline the devices' brief figures are compared with. Under load from other work all
+    threads compete with it (18x slower than one thread on a busy 2-core VM), and a slow
+    baseline gives a hopeless device 10x that long. Then the devices, then the other threads."""
     physical = report.cpu.cores_physical or report.cpu.cores_logical or 1
     cpu = [SuiteConfig(f"cpu-{t}t", "CPU", "CPU", report.cpu.name, t, 0)
            for t in range(physical, 0, -1)]  # fmt: skip
@@ -165,7 +169,9 @@ def suite_configs(
                 SuiteConfig(f"{engine.name.lower()}-{layers}l", engine.backend or engine.name,
                             engine.name, engine.description, physical, layers)
             )  # fmt: skip
-    return cpu[:1] + devices + cpu[1:], skipped
+    baseline = [c for c in cpu if c.n_threads in (physical, physical // 2)]
+    rest = [c for c in cpu if c not in baseline]
+    return baseline + devices + rest, skipped
 
 
 def depth_points(depths: tuple[int, ...], n_ctx: int, generated: int) -> list[int]:

@@ -132,11 +132,20 @@ def test_the_suite_offers_every_thread_count_and_cpu_type_devices_only_when_allo
     assert [c.id for c in configs] == ["cpu-2t", "cpu-1t"]
     assert "--allow-cpu-devices" in skipped[0] and "llvmpipe" in skipped[0]
     configs, skipped = suite_configs(desktop_with_llvmpipe, planner_for, header, 1024, True)
-    # all threads first (the likely best), then the device fully and half offloaded
-    assert [c.id for c in configs] == ["cpu-2t", "vulkan0-31l", "vulkan0-15l", "cpu-1t"]
+    # the CPU baseline first (all threads and half of them), then the device fully and half
+    # offloaded
+    assert [c.id for c in configs] == ["cpu-2t", "cpu-1t", "vulkan0-31l", "vulkan0-15l"]
     assert not skipped
-    full = configs[1]
-    assert (full.backend, full.device, full.n_threads) == ("Vulkan", "Vulkan0", 2)
+    eight_cores = dataclasses.replace(
+        desktop_with_llvmpipe,
+        cpu=dataclasses.replace(desktop_with_llvmpipe.cpu, cores_physical=8),
+    )
+    configs, _ = suite_configs(eight_cores, planner_for, header, 1024, True)
+    assert [c.id for c in configs] == ["cpu-8t", "cpu-4t", "vulkan0-31l", "vulkan0-15l",
+                                       "cpu-7t", "cpu-6t", "cpu-5t", "cpu-3t", "cpu-2t",
+                                       "cpu-1t"]  # fmt: skip
+    full = configs[2]
+    assert (full.backend, full.device, full.n_threads) == ("Vulkan", "Vulkan0", 8)
 
 
 def suite_result(model: Path, keys: MachineKeys, winner: str = "cpu-2t") -> dict:
