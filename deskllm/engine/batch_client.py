@@ -24,9 +24,11 @@ from collections.abc import Callable, Iterator
 from multiprocessing.connection import wait
 from pathlib import Path
 
+from deskllm import paths
 from deskllm.engine.batch_protocol import BatchLoad, CancelRequest
 from deskllm.engine.client import CRASH_LIMIT, HANG_TIMEOUT_S, exit_reason
 from deskllm.engine.errors import EngineError, ErrorKind
+from deskllm.engine.kv_cache import delete_conversation_states
 from deskllm.engine.protocol import (
     Chat,
     ChatMessage,
@@ -36,6 +38,7 @@ from deskllm.engine.protocol import (
     Error,
     Event,
     Exited,
+    Forget,
     Heartbeat,
     Loaded,
     LoadParams,
@@ -231,7 +234,9 @@ class BatchEngineClient:
         """One reply, streaming as it is read; nothing is sent until it is read. Replies read
         at once share the engine's slots (more than n_slots wait inside the engine).
         `conversation_id` is not used to find a cache: the slot whose tokens share the longest
-        prefix with the prompt is taken, whichever conversation left them. `continue_reply`,
+        prefix with the prompt is taken, whichever conversation left them; before another
+        conversation overwrites a slot, its cells are saved under `conversation_id`, and its
+        next turn restores them if no slot matches as far. `continue_reply`,
         `drop_old_turns`, `tools_json` and `raw_prompt` as EngineClient.chat."""
         request_id = next(self._ids)
         request = Chat(request_id, conversation_id, tuple(messages), sampling or Sampling(),
@@ -311,6 +316,17 @@ class BatchEngineClient:
         if self._process is not None and self._process.is_alive():
             with contextlib.suppress(OSError, ValueError):
                 self._send(CancelRequest(request_id))
+
+    def forget(self, conversation_id: str) -> None:
+        """Drop a conversation's KV states (RAM, slots and disk), e.g. after it was deleted.
+        The running engine does it between steps; without one, the files are deleted here."""
+        if self._process is not None and self._process.is_alive():
+            with contextlib.suppress(OSError, ValueError):
+                self._send(Forget(conversation_id))
+                return
+        kv_dir = self.params.kv_disk_dir if self.params and self.params.kv_disk_dir else None
+        delete_conversation_states(Path(kv_dir) if kv_dir else paths.kv_cache_dir(),
+                                   conversation_id)  # fmt: skip
 
     def kill(self) -> None:
         """End the engine process now (every open reply gets Exited)."""

@@ -7,19 +7,26 @@ then every slot that asked for logits samples with its own sampler chain. A requ
 the free slot whose cached tokens share the longest prefix with its prompt (slots.py).
 
 The KV cache is not unified: each slot owns `n_ctx_seq` cells (the per-slot context), so one
-long conversation cannot starve the others. Loads like LlamaRuntime (same model params, the
-probe's extra-buffer answer) and reuses its tokenizer and sampler chain. Runs only inside the
-batch worker process.
+long conversation cannot starve the others. Before a slot's cells are overwritten by another
+conversation they are saved into the conversation state cache (kv_cache.py, the single-stream
+engine's, same guard and folder), and a request whose conversation has a saved state longer
+than any free slot's match is restored into a slot instead of reading its prompt again.
+
+Loads like LlamaRuntime (same model params, the probe's extra-buffer answer) and reuses its
+tokenizer and sampler chain. Runs only inside the batch worker process.
 """
 
 from __future__ import annotations
 
 import codecs
 import ctypes
+import hashlib
+import logging
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from deskllm.llamacpp import build
 
@@ -29,9 +36,28 @@ import llama_cpp as L  # noqa: E402
 
 from deskllm.engine import runtime as single  # noqa: E402
 from deskllm.engine.errors import EngineError  # noqa: E402
+from deskllm.engine.kv_cache import (  # noqa: E402
+    KvState,
+    KvStateCache,
+    delete_conversation_states,
+    make_guard,
+    many_streams,
+    model_identity,
+    one_stream,
+)
 from deskllm.engine.protocol import LoadParams, Sampling, TokenLogprob  # noqa: E402
-from deskllm.engine.slots import Slot, choose_slot, share_budget  # noqa: E402
+from deskllm.engine.slots import (  # noqa: E402
+    Slot,
+    SlotChoice,
+    choose_slot,
+    common_prefix,
+    least_recent,
+    reusable,
+    share_budget,
+)
 from deskllm.engine.stop_strings import StopMatcher  # noqa: E402
+
+log = logging.getLogger("deskllm.engine")
 
 
 @dataclass
@@ -42,13 +68,15 @@ class SlotRun:
     prompt: list[int]
     sampling: Sampling
     submitted: float
+    conversation: str | None = None  # the key its slot's state is saved under
     slot: Slot | None = None
     feed: list[int] = field(default_factory=list)  # tokens to decode; one: it wants logits
     sampler: ctypes.c_void_p | None = None
     matcher: StopMatcher | None = None
     decoder: codecs.IncrementalDecoder | None = None
     max_tokens: int = 0
-    cached: int = 0  # prompt tokens whose cells the slot kept
+    cached: int = 0  # prompt tokens whose cells the slot kept (or a restored state gave)
+    restored_from: str | None = None  # "ram" | "disk": its conversation's state was restored
     generated: int = 0
     admitted: float | None = None  # when it got its slot
     prefill_done: float | None = None
@@ -89,6 +117,7 @@ class BatchRuntime:
     token_detail = single.LlamaRuntime.token_detail
     token_bytes = single.LlamaRuntime.token_bytes
     make_sampler = single.LlamaRuntime.make_sampler
+    eog_tokens = single.LlamaRuntime.eog_tokens
     _parse_buffers = single.LlamaRuntime._parse_buffers
 
     def __init__(
@@ -161,13 +190,48 @@ class BatchRuntime:
         self._batch = L.llama_batch_init(self.n_batch, 0, 1)
         self._piece_buf = ctypes.create_string_buffer(256)
         self.buffers = self._parse_buffers()
+        self.kv_disk_dir = Path(params.kv_disk_dir) if params.kv_disk_dir else None
+        self.state_cache = self._make_state_cache()
+        self.save_seconds: list[float] = []  # each slot state saved, for the figures
+
+    def _make_state_cache(self) -> KvStateCache | None:
+        """The single-stream engine's cache with its guard for the same per-slot context, so
+        each engine finds the other's states. Models whose memory is not one plain KV cache
+        keep llama.cpp's many-stream data as it is: their guard names the slot count."""
+        params = self.params
+        if params.kv_ram_budget_mb <= 0 and params.kv_disk_budget_mb <= 0:
+            return None  # nothing would be kept: saving would only cost time
+        model = self.model
+        self.one_stream_states = not (
+            L.llama_model_n_swa(model) or L.llama_model_is_recurrent(model)
+            or L.llama_model_is_hybrid(model)
+        )  # fmt: skip
+        extra = {} if self.one_stream_states else {"streams": self.n_slots}
+        guard = make_guard(
+            model=model_identity(params.model_path),
+            n_ctx=self.n_ctx_seq,
+            kv_type=params.kv_type,
+            flash_attn=params.flash_attn,
+            template=hashlib.sha256((self.chat_template() or "").encode()).hexdigest(),
+            build=build.build_id(),
+            **extra,
+        )
+        return KvStateCache(guard, params.kv_ram_budget_mb << 20, self.kv_disk_dir,
+                            params.kv_disk_budget_mb << 20, max_tokens=self.n_ctx_seq)  # fmt: skip
 
     # Requests ---------------------------------------------------------------------------------
-    def submit(self, request_id: int, prompt: list[int], sampling: Sampling) -> SlotRun:
-        """Queue a request (a tokenized prompt that fits one slot); it gets a slot in a step."""
+    def submit(
+        self,
+        request_id: int,
+        prompt: list[int],
+        sampling: Sampling,
+        conversation: str | None = None,
+    ) -> SlotRun:
+        """Queue a request (a tokenized prompt that fits one slot); it gets a slot in a step.
+        `conversation`: the key of its KV state in the state cache (None: not saved)."""
         if not prompt:
             raise EngineError("the prompt is empty")
-        run = SlotRun(request_id, prompt, sampling, time.perf_counter())
+        run = SlotRun(request_id, prompt, sampling, time.perf_counter(), conversation)
         self.waiting.append(run)
         return run
 
@@ -179,7 +243,8 @@ class BatchRuntime:
 
     @property
     def busy(self) -> bool:
-        return bool(self.waiting or self.running)
+        """Requests to answer, or a finished reply's cells to read again."""
+        return bool(self.waiting or self.running) or any(s.unread for s in self.slots)
 
     def _admit(self, outputs: list[StepOutput]) -> None:
         for run in [r for r in self.waiting if r.cancelled]:
@@ -188,6 +253,8 @@ class BatchRuntime:
         while self.waiting:
             run = self.waiting[0]
             choice = choose_slot(self.slots, run.prompt)
+            if choice is None and self._stop_reading_again():
+                choice = choose_slot(self.slots, run.prompt)
             if choice is None:
                 return
             self.waiting.popleft()
@@ -196,20 +263,168 @@ class BatchRuntime:
             except EngineError as exc:
                 outputs.append(StepOutput(run, finish="error", error=exc))
                 continue
-            slot, reused = choice.slot, choice.reused
+            slot, reused = self._place(run, choice)
             if reused < len(slot.tokens) and not L.llama_memory_seq_rm(
                 self.memory, slot.index, reused, -1
             ):
                 L.llama_memory_seq_rm(self.memory, slot.index, 0, -1)  # cannot cut: start over
                 reused = 0
             del slot.tokens[reused:]
+            slot.n_exact = min(slot.n_exact, reused)
             slot.request_id = run.request_id
+            slot.conversation = run.conversation
             run.admitted = time.perf_counter()
             run.slot, run.cached, run.feed = slot, reused, run.prompt[reused:]
             run.max_tokens = max(min(run.sampling.max_tokens, self.n_ctx_seq - len(run.prompt)), 1)
             run.matcher = StopMatcher(tuple(run.sampling.stop))
             run.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
             self.running[run.request_id] = run
+
+    # Conversation states ----------------------------------------------------------------------
+    def _place(self, run: SlotRun, choice: SlotChoice) -> tuple[Slot, int]:
+        """The slot `run` takes and how many prompt tokens it reuses: `choice`, or the least
+        recently used free slot with the conversation's saved state restored into it when that
+        state shares a longer prefix. Cells about to be overwritten are saved first."""
+        slot, reused = choice.slot, choice.reused
+        found = self._saved_state(run, reused)
+        if found is not None:
+            state, where, lcp = found
+            target = least_recent(self.slots)
+            if target.conversation != run.conversation:
+                self.save_slot(target)
+            problem = self._restore(target, state)
+            if problem is None:
+                run.restored_from = where
+                return target, lcp
+            self.state_cache.drop(run.conversation, f"not restored: {problem}")
+            return slot, (0 if target is slot else reused)
+        if reused < len(slot.tokens) and slot.conversation != run.conversation:
+            self.save_slot(slot)  # the same conversation's later turn supersedes its cells
+        return slot, reused
+
+    def _saved_state(self, run: SlotRun, reused: int) -> tuple[KvState, str, int] | None:
+        """The conversation's saved state, where it was and the prompt tokens it gives, when
+        that is more than the `reused` a free slot gives."""
+        want = len(run.prompt) - 1  # the last prompt token is read again for its logits
+        if self.state_cache is None or run.conversation is None or reused >= want:
+            return None
+        # Its newest cells are in a slot: a saved state is older (and, on disk, would be read
+        # for nothing at every turn).
+        if any(s.conversation == run.conversation for s in self.slots):
+            return None
+        found = self.state_cache.get(run.conversation)
+        if found is None:
+            return None
+        state, where = found
+        lcp = reusable(common_prefix(state.tokens, run.prompt), len(run.prompt))
+        return (state, where, lcp) if lcp > reused else None
+
+    def save_slot(self, slot: Slot) -> None:
+        """Put the slot's cells in the state cache under the conversation that left them.
+        Runs between steps: every stream waits for it (see save_seconds)."""
+        if self.state_cache is None or slot.conversation is None or not slot.n_exact:
+            return
+        started = time.perf_counter()
+        self._keep_exact(slot)  # only cells a cold read makes (a free slot has no others)
+        size = L.llama_state_seq_get_size(self.ctx, slot.index)
+        # One buffer, never copied (a state is ~23 KB a token for the starter model): a
+        # bytearray's fresh pages are not zeroed again as a ctypes array's would be.
+        data: bytearray | None = bytearray(size)
+        written = L.llama_state_seq_get_data(
+            self.ctx, (ctypes.c_uint8 * size).from_buffer(data), size, slot.index
+        )
+        del data[written:]
+        if self.one_stream_states:
+            data = one_stream(data, self.n_slots, slot.index)
+        if data is None:
+            log.warning("the KV state of slot %d is not laid out as expected; not saved",
+                        slot.index)  # fmt: skip
+            return
+        try:
+            self.state_cache.put(slot.conversation, KvState(tuple(slot.tokens), data))
+        except OSError as exc:  # a full or read-only disk: the conversation is read again
+            log.warning("could not save the KV state of %s: %s", slot.conversation, exc)
+        self.save_seconds.append(time.perf_counter() - started)
+
+    def _restore(self, slot: Slot, state: KvState) -> str | None:
+        """Put `state` in the slot's sequence. Returns None, or why it was refused (then the
+        slot is empty)."""
+        slot.tokens.clear()
+        slot.conversation = None
+        L.llama_memory_seq_rm(self.memory, slot.index, 0, -1)
+        if len(state.tokens) > self.n_ctx_seq:
+            return f"{len(state.tokens)} tokens, more than the {self.n_ctx_seq}-token slot"
+        bad = next((t for t in state.tokens if not 0 <= t < self.n_vocab), None)
+        if bad is not None:  # tokens come from a file: one past the vocabulary would crash
+            return f"token id {bad} is outside the model's vocabulary of {self.n_vocab}"
+        data = (
+            many_streams(state.data, self.n_slots)
+            if self.one_stream_states
+            else bytearray(state.data)
+        )
+        if data is None:
+            return "not the state of one sequence"
+        buf = (ctypes.c_uint8 * len(data)).from_buffer(data)
+        if L.llama_state_seq_set_data(self.ctx, buf, len(data), slot.index) == 0:
+            L.llama_memory_seq_rm(self.memory, slot.index, 0, -1)
+            return "llama.cpp refused the state data"
+        # Its cells must be the token list's, or the prompt would be matched against
+        # positions the slot does not have.
+        n_cells = L.llama_memory_seq_pos_max(self.memory, slot.index) + 1
+        if n_cells != len(state.tokens):
+            L.llama_memory_seq_rm(self.memory, slot.index, 0, -1)
+            return f"the state holds {n_cells} positions for {len(state.tokens)} tokens"
+        slot.tokens.extend(state.tokens)
+        slot.n_exact = len(slot.tokens)  # saved states hold only cells a cold read makes
+        return None
+
+    def forget(self, conversation: str) -> None:
+        """Drop a (deleted) conversation's states: the cache's, the disk's, and the cells of
+        free slots it left; a running reply of it goes on but is not saved."""
+        if self.state_cache is not None:
+            self.state_cache.discard(conversation)
+        for slot in self.slots:
+            if slot.conversation == conversation:
+                slot.conversation = None
+                if slot.request_id is None:
+                    L.llama_memory_seq_rm(self.memory, slot.index, 0, -1)
+                    slot.tokens.clear()
+                    slot.unread.clear()
+                    slot.n_exact = 0
+        if self.kv_disk_dir is not None:
+            delete_conversation_states(self.kv_disk_dir, conversation)
+
+    def save_all(self) -> None:
+        """Every slot's cells into the cache and the cache to disk (unload, shutdown). Slots
+        used last go last: of two holding one conversation, the newer state is kept."""
+        if self.state_cache is None:
+            return
+        for slot in sorted(self.slots, key=lambda s: (s.free, s.last_used)):
+            self.save_slot(slot)
+        try:
+            self.state_cache.flush_to_disk()
+        except OSError as exc:
+            log.warning("could not write the KV states to disk: %s", exc)
+
+    # Reading a reply's cells again ----------------------------------------------------------
+    def _keep_exact(self, slot: Slot) -> list[int]:
+        """Drop the slot's cells past `n_exact`; returns their tokens."""
+        tail = slot.tokens[slot.n_exact :]
+        if tail and not L.llama_memory_seq_rm(self.memory, slot.index, slot.n_exact, -1):
+            L.llama_memory_seq_rm(self.memory, slot.index, 0, -1)  # cannot cut: start over
+            tail, slot.n_exact = [], 0
+            slot.tokens.clear()
+        del slot.tokens[slot.n_exact :]
+        return tail
+
+    def _stop_reading_again(self) -> bool:
+        """A request waits and no slot is free: give up the oldest slot still being read
+        again (its reply's cells are then read with the conversation's next prompt)."""
+        reading = [s for s in self.slots if s.request_id is None and s.unread]
+        if not reading:
+            return False
+        min(reading, key=lambda s: s.last_used).unread.clear()
+        return True
 
     def _release(self, run: SlotRun) -> None:
         self.running.pop(run.request_id, None)
@@ -220,6 +435,10 @@ class BatchRuntime:
             self.clock += 1
             run.slot.request_id = None
             run.slot.last_used = self.clock
+            # Its reply (and prompt's last token) were decoded one token a step: read them
+            # again, batched, in the next steps, so they can be reused.
+            tail = self._keep_exact(run.slot)
+            run.slot.unread = tail if len(tail) > 1 else []
 
     # One step ---------------------------------------------------------------------------------
     def step(self) -> list[StepOutput]:
@@ -234,19 +453,23 @@ class BatchRuntime:
         prefilling = [r for r in runs if len(r.feed) > 1]
         # A prompt's last token is read alone, like a generated one: the single-stream
         # engine does the same, so a lone request decodes exactly as it would there.
-        shares = share_budget(len(decoding), [len(r.feed) - 1 for r in prefilling], self.n_batch)
+        # Finished replies' cells are read again with what is left of the budget.
+        rereading = [s for s in self.slots if s.unread]
+        wants = [len(r.feed) - 1 for r in prefilling] + [len(s.unread) for s in rereading]
+        shares = share_budget(len(decoding), wants, self.n_batch)
         batch, n = self._batch, 0
         for run in decoding:
             run.batch_index = n
             n = self._add(n, run.feed[0], len(run.slot.tokens), run.slot.index, True)
-        chunks: list[tuple[SlotRun, list[int]]] = []
-        for run, share in zip(prefilling, shares, strict=True):
+        chunks: list[tuple[Slot, list[int], list[int]]] = []  # slot, chunk, list it is from
+        sources = [(r.slot, r.feed) for r in prefilling] + [(s, s.unread) for s in rereading]
+        for (slot, source), share in zip(sources, shares, strict=True):
             if share:
-                chunk = run.feed[:share]
-                chunks.append((run, chunk))
-                pos = len(run.slot.tokens)
+                chunk = source[:share]
+                chunks.append((slot, chunk, source))
+                pos = len(slot.tokens)
                 for i, token in enumerate(chunk):
-                    n = self._add(n, token, pos + i, run.slot.index, False)
+                    n = self._add(n, token, pos + i, slot.index, False)
         if n == 0:
             return outputs
         batch.n_tokens = n
@@ -254,15 +477,20 @@ class BatchRuntime:
         self.steps += 1
         if rc != 0:
             error = EngineError(f"llama_decode failed ({rc}) with {len(runs)} streams")
+            for slot in rereading:
+                L.llama_memory_seq_rm(self.memory, slot.index, len(slot.tokens), -1)
+                slot.unread.clear()
             for run in runs:  # drop what this step may have written
                 L.llama_memory_seq_rm(self.memory, run.slot.index, len(run.slot.tokens), -1)
                 self._release(run)
                 outputs.append(StepOutput(run, finish="error", error=error))
             return outputs
         now = time.perf_counter()
-        for run, chunk in chunks:
-            run.slot.tokens.extend(chunk)
-            del run.feed[: len(chunk)]
+        for slot, chunk, source in chunks:
+            if len(chunk) > 1 and slot.n_exact == len(slot.tokens):
+                slot.n_exact += len(chunk)
+            slot.tokens.extend(chunk)
+            del source[: len(chunk)]
         for run in decoding:
             run.slot.tokens.append(run.feed.pop())
             outputs.append(self._sample(run, now))
@@ -318,6 +546,8 @@ class BatchRuntime:
     def close(self) -> None:
         for run in list(self.running.values()):
             self._release(run)
+        if getattr(self, "ctx", None):
+            self.save_all()
         if getattr(self, "_batch", None) is not None:
             L.llama_batch_free(self._batch)
             self._batch = None

@@ -29,6 +29,7 @@ from deskllm.engine.protocol import (
     Embed,
     Embeddings,
     Error,
+    Forget,
     Heartbeat,
     Loaded,
     LoadProgress,
@@ -159,6 +160,8 @@ class BatchWorker:
                 self.embed(request)
             elif isinstance(request, CancelRequest) and self.runtime is not None:
                 self.runtime.cancel(request.request_id)
+            elif isinstance(request, Forget):
+                self.forget(request.conversation_id)  # no answer: the client does not wait
         except Exception as exc:  # report, never die silently: the client waits for an event
             kind = getattr(exc, "kind", None)
             if kind is None:
@@ -220,6 +223,16 @@ class BatchWorker:
             self.embedder = None
         self.runtime.close()
         self.runtime = None
+
+    def forget(self, conversation_id: str) -> None:
+        """Drop a deleted conversation's KV states (cache, slots, disk files)."""
+        if self.runtime is not None:
+            self.runtime.forget(conversation_id)
+        else:
+            from deskllm import paths
+            from deskllm.engine.kv_cache import delete_conversation_states
+
+            delete_conversation_states(paths.kv_cache_dir(), conversation_id)
 
     def embed(self, request: Embed) -> None:
         """Embeddings in a second context, between two steps (the streams wait that long)."""
@@ -310,7 +323,7 @@ class BatchWorker:
         if state.dropped:
             state.warnings.append(f"{state.dropped} old messages were left out to fit the context")
         self.replies[rid] = state
-        self.runtime.submit(rid, tokens, request.sampling)
+        self.runtime.submit(rid, tokens, request.sampling, request.conversation_id)
 
     def step(self) -> None:
         now = time.perf_counter()
@@ -368,6 +381,7 @@ class BatchWorker:
             ttft_s=first - state.received if first is not None else None,
             prompt_tokens=len(run.prompt),
             cached_tokens=run.cached,
+            restored_from=run.restored_from,
             evaluated_tokens=run.evaluated if run.slot is not None else 0,
             pp_tps=run.evaluated / pp_s if pp_s and run.evaluated else None,
             generated_tokens=run.generated,

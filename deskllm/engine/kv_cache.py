@@ -259,3 +259,45 @@ class KvStateCache:
                 break
             total -= path.stat().st_size
             path.unlink(missing_ok=True)
+
+
+# Sequence states across contexts -------------------------------------------------------------
+# llama.cpp's sequence state is [magic u32][seq id i32][n_stream u32], then per KV stream its
+# cell count (u32) and, when not 0, its cells. A context with n_seq_max slots and no unified
+# cache has one stream per slot, and refuses data written for another stream count. For a
+# model whose memory is one plain KV cache (no sliding window, not recurrent), states are kept
+# with one stream, as the single-stream engine writes them, so either engine restores them.
+_SEQ_HEAD = 8  # magic and seq id: left as they are (llama.cpp reads the id and ignores it)
+_U32 = struct.Struct("<I")
+
+
+def one_stream(data: bytearray, n_stream: int, stream: int) -> bytearray | None:
+    """The state of the sequence in `stream` of an `n_stream`-stream context, made in place
+    into what a one-stream context writes (`data` is changed; a state is tens of MB, so it is
+    not copied). None: the data is not laid out so, or holds no cells."""
+    tail = 4 * (n_stream - 1 - stream)
+    start = _SEQ_HEAD + 4 + 4 * stream
+    if len(data) < start + 8 + tail or _U32.unpack_from(data, _SEQ_HEAD)[0] != n_stream:
+        return None
+    if any(data[_SEQ_HEAD + 4 : start]) or (tail and any(data[len(data) - tail :])):
+        return None  # another stream holds cells of it: not one plain cache
+    if _U32.unpack_from(data, start)[0] == 0:
+        return None
+    if tail:
+        del data[len(data) - tail :]
+    del data[_SEQ_HEAD + 4 : start]
+    data[_SEQ_HEAD : _SEQ_HEAD + 4] = _U32.pack(1)
+    return data
+
+
+def many_streams(data: bytes, n_stream: int) -> bytearray | None:
+    """A one-stream state for an `n_stream`-stream context (a copy, which llama.cpp's ctypes
+    call can take without another): the cells as the first stream's (llama.cpp puts them in
+    the stream of the sequence they are restored into), the others empty. None: `data` is not
+    a one-stream state."""
+    if len(data) < _SEQ_HEAD + 8 or _U32.unpack_from(data, _SEQ_HEAD)[0] != 1:
+        return None
+    out = bytearray(data)
+    out[_SEQ_HEAD : _SEQ_HEAD + 4] = _U32.pack(n_stream)
+    out += bytes(4 * (n_stream - 1))
+    return out

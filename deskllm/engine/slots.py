@@ -3,7 +3,14 @@ is shared. Pure bookkeeping (no llama.cpp), so the scheduler's choices are testa
 
 A slot is one llama.cpp sequence. A finished slot keeps the tokens its KV cells hold, so the
 next request whose prompt starts the same way (the next turn of a conversation, a shared
-system prompt) reads only the difference.
+system prompt) reads only the difference. The runtime saves a slot's cells into the
+conversation state cache before another request overwrites them.
+
+Cells are reused only where a cold read would have made the same ones: on the CPU, llama.cpp's
+one-token decode rounds differently from a multi-token one, while multi-token decodes agree
+however a prompt is cut (see runtime.LlamaRuntime.eval_prompt). So a finished reply's cells
+(decoded one token a step) are read again, batched, before its slot is free ("unread"), and
+no prompt chunk is a single token where that can be helped.
 """
 
 from __future__ import annotations
@@ -16,16 +23,22 @@ from dataclasses import dataclass, field
 class Slot:
     """`index`: the llama.cpp sequence id. `tokens`: what its KV cells hold, in order.
     `request_id`: the request it answers (None: free). `last_used`: a tick of the scheduler's
-    clock when it was last freed (older slots are given up first)."""
+    clock when it was last freed (older slots are given up first). `conversation`: whose
+    tokens it holds (the key its state is saved under; None: nobody's). `n_exact`: leading
+    cells made by multi-token decodes. `unread`: tokens whose cells were dropped to be read
+    again, batched, after `tokens` (the slot is not free meanwhile)."""
 
     index: int
     tokens: list[int] = field(default_factory=list)
     request_id: int | None = None
     last_used: int = 0
+    conversation: str | None = None
+    n_exact: int = 0
+    unread: list[int] = field(default_factory=list)
 
     @property
     def free(self) -> bool:
-        return self.request_id is None
+        return self.request_id is None and not self.unread
 
 
 @dataclass(frozen=True)
@@ -51,17 +64,36 @@ def choose_slot(slots: Sequence[Slot], prompt: Sequence[int]) -> SlotChoice | No
         return None
     scored = [(common_prefix(s.tokens, prompt), -s.last_used, -s.index, s) for s in free]
     lcp, _, _, slot = max(scored, key=lambda item: item[:3])
-    return SlotChoice(slot, min(lcp, max(len(prompt) - 1, 0)))
+    return SlotChoice(slot, reusable(lcp, len(prompt)))
+
+
+def reusable(lcp: int, n_prompt: int) -> int:
+    """Of `lcp` cached prompt tokens, those kept: all but the last prompt token (its logits
+    are computed now), and one fewer where the rest would be one token before the last (a
+    chunk of one would be a one-token decode)."""
+    kept = min(lcp, max(n_prompt - 1, 0))
+    return kept - 1 if kept > 0 and n_prompt - kept == 2 else kept
+
+
+def least_recent(slots: Sequence[Slot]) -> Slot | None:
+    """The free slot to give up for a restored state: the one used least recently."""
+    free = [s for s in slots if s.free]
+    return min(free, key=lambda s: (s.last_used, s.index)) if free else None
 
 
 def share_budget(n_decoding: int, prefill_wants: Sequence[int], n_batch: int) -> list[int]:
     """Prompt tokens each prefilling slot reads in one step: every decoding slot has its one
     token first (running streams never wait for a long prompt), then prefilling slots take what
-    is left of `n_batch` in arrival order. `prefill_wants[i]`: tokens slot i still has to read."""
+    is left of `n_batch` in arrival order. `prefill_wants[i]`: tokens slot i still has to read.
+    A share never leaves one token for later, nor is one token of more (see the module)."""
     left = max(n_batch - n_decoding, 0)
     shares = []
     for want in prefill_wants:
         take = min(want, left)
+        if want - take == 1 and take > 2:
+            take -= 1  # leave two for the next step, not one
+        elif take == 1 and want > 1 and left < n_batch:
+            take = 0  # wait for room (unless n_batch is 1: room never comes)
         shares.append(take)
         left -= take
     return shares

@@ -5,12 +5,19 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from deskllm.engine.slots import Slot, choose_slot, common_prefix, share_budget
+from deskllm.engine.slots import (
+    Slot,
+    choose_slot,
+    common_prefix,
+    least_recent,
+    reusable,
+    share_budget,
+)
 
 
 def test_a_request_takes_the_free_slot_with_the_longest_common_prefix():
     slots = [Slot(0, [1, 2, 9]), Slot(1, [1, 2, 3, 4, 7]), Slot(2, [5, 6])]
-    choice = choose_slot(slots, [1, 2, 3, 4, 5, 6])
+    choice = choose_slot(slots, [1, 2, 3, 4, 5, 6, 8])
     assert choice.slot.index == 1 and choice.reused == 4
 
 
@@ -29,6 +36,23 @@ def test_the_last_prompt_token_is_always_evaluated_again():
     choice = choose_slot([Slot(0, [1, 2, 3, 4])], [1, 2, 3])
     assert choice.reused == 2
     assert choose_slot([Slot(0, [1, 2, 3])], [1, 2, 3]).reused == 2
+
+
+def test_no_prompt_chunk_is_a_single_token_where_one_more_can_be_read():
+    # Two tokens would be left: one chunk of one, then the last token alone. Both are
+    # one-token decodes, which round differently from the multi-token read of a cold prompt.
+    assert choose_slot([Slot(0, [1, 2, 3, 4])], [1, 2, 3, 4, 5, 6]).reused == 3
+    assert reusable(4, 7) == 4 and reusable(4, 6) == 3 and reusable(0, 2) == 0
+    assert share_budget(0, [513], 512) == [511]  # not 512 and then 1
+    assert share_budget(3, [5], 4) == [0]  # one token of five now: wait for room
+    assert share_budget(0, [5], 1) == [1]  # unless there never is more
+
+
+def test_a_slot_reading_a_reply_again_is_not_free():
+    slots = [Slot(0, [1, 2], unread=[3, 4]), Slot(1, [1], last_used=4), Slot(2, last_used=9)]
+    assert choose_slot(slots, [1, 2, 3, 4, 5]).slot.index == 1
+    assert least_recent(slots).index == 1
+    assert choose_slot(slots[:1], [1, 2]) is None and least_recent(slots[:1]) is None
 
 
 def test_among_slots_sharing_nothing_the_least_recently_used_is_given_up():
@@ -58,7 +82,8 @@ def test_the_choice_is_a_free_slot_with_the_best_prefix_there_is(caches, busy, p
     assert choice.slot.free
     best = max(common_prefix(s.tokens, prompt) for s in free)
     assert common_prefix(choice.slot.tokens, prompt) == best
-    assert choice.reused == min(best, len(prompt) - 1)
+    assert choice.reused == reusable(best, len(prompt))
+    assert choice.reused <= len(prompt) - 1 and len(prompt) - choice.reused != 2 or not best
 
 
 @given(st.integers(0, 16), st.lists(st.integers(1, 2000), max_size=6), st.integers(16, 1024))
@@ -66,3 +91,5 @@ def test_a_step_never_holds_more_than_n_batch_tokens(n_decoding, wants, n_batch)
     shares = share_budget(n_decoding, wants, n_batch)
     assert all(0 <= s <= w for s, w in zip(shares, wants, strict=True))
     assert n_decoding + sum(shares) <= max(n_batch, n_decoding)
+    if wants and n_decoding == 0:
+        assert shares[0] > 0  # a step with nothing else always reads some of the first

@@ -1,0 +1,163 @@
+"""The batched engine keeps a conversation's KV cells in the conversation state cache (RAM,
+then disk) when another conversation takes its slot, and restores them on its next turn;
+the files are the single-stream engine's, so each engine restores the other's.
+
+Two slots, the starter model, greedy replies. Conversation A is answered, then two other
+conversations take the slots (the starter model's template starts every prompt with the same
+system prompt, so each takes the slot holding the longest match: A's first)."""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+from engine_helpers import collect, wait_for
+
+from deskllm.engine.batch_client import BatchEngineClient
+from deskllm.engine.client import EngineClient
+from deskllm.engine.protocol import ChatMessage, Done, LoadParams, Sampling
+
+GREEDY = Sampling(temperature=0, max_tokens=24)
+QUESTION = "Name three colours of the sea."
+FOLLOW_UP = "Which one of them is the darkest?"
+
+
+@dataclass(frozen=True)
+class PushedOut:
+    """A's first turn, A's second turn after two other conversations took the slots, and the
+    folder of the state files left when that engine was closed."""
+
+    params: LoadParams
+    key: str
+    first: Done
+    second: Done
+    turn_two: list[ChatMessage]
+
+
+def params_for(model: Path, extra_bufts: bool, kv_dir: Path, **more) -> LoadParams:
+    return LoadParams(str(model), n_ctx=2048, n_threads=2, use_extra_bufts=extra_bufts,
+                      kv_disk_dir=str(kv_dir), **more)  # fmt: skip
+
+
+def ask(client, key: str, messages: list[ChatMessage]) -> Done:
+    reply = client.chat(key, messages, GREEDY).wait()
+    assert reply.ok, reply.error
+    return reply.done
+
+
+def state_files(kv_dir: Path, key: str) -> list[Path]:
+    return sorted(kv_dir.glob(f"{key}.*.kv"))
+
+
+@pytest.fixture(scope="module")
+def pushed_out(tmp_path_factory, starter_model: Path, extra_bufts: bool) -> PushedOut:
+    params = params_for(starter_model, extra_bufts, tmp_path_factory.mktemp("kv"))
+    key = uuid.uuid4().hex
+    with BatchEngineClient(2) as client:
+        client.load(params)
+        first = ask(client, key, [ChatMessage("user", QUESTION)])
+        for text in ("Tell me about cats.", "What is the capital of Peru?"):
+            ask(client, uuid.uuid4().hex, [ChatMessage("user", text)])
+        turn_two = [ChatMessage("user", QUESTION), ChatMessage("assistant", first.text),
+                    ChatMessage("user", FOLLOW_UP)]  # fmt: skip
+        second = ask(client, key, turn_two)
+    return PushedOut(params, key, first, second, turn_two)
+
+
+@pytest.fixture(scope="module")
+def cold(pushed_out: PushedOut, tmp_path_factory) -> Done:
+    """A's second turn read whole by a fresh batched engine that keeps no states."""
+    params = replace(pushed_out.params, kv_disk_dir=str(tmp_path_factory.mktemp("kv-none")),
+                     kv_ram_budget_mb=0, kv_disk_budget_mb=0)  # fmt: skip
+    with BatchEngineClient(2) as client:
+        client.load(params)
+        return ask(client, uuid.uuid4().hex, pushed_out.turn_two)
+
+
+def copy_dir(pushed_out: PushedOut, to: Path) -> LoadParams:
+    shutil.copytree(pushed_out.params.kv_disk_dir, to)
+    return replace(pushed_out.params, kv_disk_dir=str(to))
+
+
+def test_a_conversation_pushed_out_of_its_slot_is_restored_not_read_again(pushed_out, cold):
+    first, second = pushed_out.first.metrics, pushed_out.second.metrics
+    assert second.restored_from == "ram"
+    # Its first prompt and reply came back: only the new question (and the reply's last
+    # token, never decoded, plus a token or two where the reply is tokenized again) is read.
+    assert second.cached_tokens > first.prompt_tokens
+    assert second.cached_tokens >= first.prompt_tokens + first.generated_tokens - 4
+    assert second.evaluated_tokens == second.prompt_tokens - second.cached_tokens
+    assert cold.metrics.cached_tokens < first.prompt_tokens  # it did read the history
+    assert pushed_out.second.text == cold.text and cold.text
+
+
+def test_the_state_file_written_at_close_is_restored_by_a_fresh_engine(pushed_out, cold, tmp_path):
+    params = copy_dir(pushed_out, tmp_path / "kv")
+    assert len(state_files(tmp_path / "kv", pushed_out.key)) == 1
+    with BatchEngineClient(2) as client:
+        client.load(params)
+        again = ask(client, pushed_out.key, pushed_out.turn_two)
+    # The file was written at close, after the second turn: it holds that whole prompt.
+    assert again.metrics.restored_from == "disk"
+    assert again.metrics.cached_tokens == again.metrics.prompt_tokens - 1
+    assert again.text == cold.text
+
+
+def test_forget_removes_the_conversations_states(pushed_out, tmp_path):
+    kv_dir = tmp_path / "kv"
+    params = copy_dir(pushed_out, kv_dir)
+    key = pushed_out.key
+    with BatchEngineClient(2) as client:
+        client.load(params)
+        kept = ask(client, key, pushed_out.turn_two)  # now also in a slot and in RAM
+        assert kept.metrics.restored_from == "disk"
+        client.forget(key)
+        assert wait_for(lambda: not state_files(kv_dir, key), 30)
+        # Neither the cache nor the slot it left holds it: the whole prompt is read again,
+        # but for the system prompt another conversation's slot still shares.
+        other = ask(client, uuid.uuid4().hex, [ChatMessage("user", "Count to three.")])
+        assert other.metrics.restored_from is None
+        forgotten = ask(client, key, pushed_out.turn_two)
+        assert forgotten.metrics.restored_from is None
+        assert forgotten.metrics.cached_tokens < pushed_out.first.metrics.prompt_tokens
+    # Closing saved its new cells again; with no engine running, forget deletes the files.
+    assert state_files(kv_dir, key)
+    client.params = params
+    client.forget(key)
+    assert not state_files(kv_dir, key)
+
+
+def test_the_single_stream_engine_and_the_batched_one_restore_each_others_states(
+    pushed_out, cold, tmp_path
+):
+    # The batched engine's file, restored by the single-stream engine.
+    params = copy_dir(pushed_out, tmp_path / "kv")
+    with EngineClient() as single:
+        single.load(params)
+        reply = collect(single.chat(pushed_out.key, pushed_out.turn_two, GREEDY)).done
+    assert reply.metrics.restored_from == "disk"
+    assert reply.metrics.cached_tokens == reply.metrics.prompt_tokens - 1
+    # A lone greedy reply is the same in both engines, restored or read cold.
+    assert reply.text == cold.text
+    # The single-stream engine's file (written when it closed), restored by the batched one.
+    key = uuid.uuid4().hex
+    kv_dir = tmp_path / "kv-single"
+    params = replace(params, kv_disk_dir=str(kv_dir))
+    with EngineClient() as single:
+        single.load(params)
+        first = collect(single.chat(key, [ChatMessage("user", QUESTION)], GREEDY)).done
+    assert len(state_files(kv_dir, key)) == 1
+    turn_two = [ChatMessage("user", QUESTION), ChatMessage("assistant", first.text),
+                ChatMessage("user", FOLLOW_UP)]  # fmt: skip
+    with BatchEngineClient(2) as client:
+        client.load(params)
+        second = ask(client, key, turn_two)
+    # The file holds the cells of the first prompt but its last token (decoded alone), and
+    # of the reply if the engine read them again before it closed.
+    assert second.metrics.restored_from == "disk"
+    assert second.metrics.cached_tokens >= first.metrics.prompt_tokens - 1
+    assert first.text == pushed_out.first.text
+    assert second.text == cold.text
