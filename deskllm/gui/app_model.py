@@ -29,6 +29,11 @@ class AppModel:
     def loaded(self) -> str | None:
         return self._loaded_path()
 
+    @property
+    def serving(self) -> bool:
+        """Whether the local API server serves the loaded model (an unload stops it)."""
+        return self.bridge.server is not None
+
     def release(self, then: Callable[[], None]) -> None:
         """Free the loaded model and call `then` once it is freed (on the GUI thread); with
         none loaded, call it now. The unload waits for a reply being written to end."""

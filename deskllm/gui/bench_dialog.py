@@ -24,6 +24,7 @@ from deskllm.gui.qt import (
     QHBoxLayout,
     QHeaderView,
     QLabel,
+    QMessageBox,
     QPlainTextEdit,
     QPushButton,
     QTableWidget,
@@ -133,6 +134,18 @@ class BenchSuiteDialog(QDialog):
     def start(self) -> None:
         if self.running or self.model_box.currentData() is None:
             return
+        if self.app_model is not None and self.app_model.serving:
+            answer = QMessageBox.question(
+                self, "Benchmark",
+                "The local API server is serving the loaded model. The benchmark unloads it, "
+                "which stops the server; start it again in Engine → Local API server… after "
+                "the benchmark.\n\nRun the benchmark?",
+                QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+                QMessageBox.StandardButton.No,
+            )  # fmt: skip
+            if answer != QMessageBox.StandardButton.Yes:
+                self.status.setText("Not started: the local API server keeps serving.")
+                return
         self.log.clear()
         self.result = None
         self.suite = BenchSuite(

@@ -6,12 +6,15 @@ Cancel included."""
 
 from __future__ import annotations
 
+import socket
+
 import pytest
+from gui_helpers import REPLY_TIMEOUT_MS
 
 from deskllm.gui.bench_charts import DepthChart, bar_text, line_points
 from deskllm.gui.bench_dialog import COLUMNS, UNLOAD_NOTE, SpeedBars
 from deskllm.gui.hardware_panel import HardwarePanel
-from deskllm.gui.qt import QApplication, QColor, QPalette
+from deskllm.gui.qt import QApplication, QColor, QMessageBox, QPalette
 from deskllm.planner.measured_configs import current_keys, stored_suite
 from deskllm.store import open_database
 
@@ -110,6 +113,43 @@ def test_cancel_while_the_apps_model_is_being_freed_runs_nothing_and_loads_it_ag
     qtbot.waitUntil(lambda: window.loaded_path == str(starter_model), timeout=120_000)
     assert events == ["unloaded before", "loaded before"]
     assert dialog.log.toPlainText() == ""
+
+
+def test_a_model_the_api_server_serves_is_unloaded_only_when_the_user_agrees(
+    qtbot, window, window_dialog, starter_model, monkeypatch
+):
+    window.open_server_panel()
+    panel = window.server_panel
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        panel.port.setValue(s.getsockname()[1])
+    panel.slots.setValue(1)
+    with qtbot.waitSignal(window.bridge.serving, timeout=REPLY_TIMEOUT_MS) as serving:
+        panel.start_button.click()
+    assert serving.args[0] is not None, panel.status.text()
+    dialog = window_dialog
+    asked: list[str] = []
+
+    def answer(button):
+        def question(_parent, _title, text, *_args):
+            asked.append(text)
+            return button
+
+        return question
+
+    monkeypatch.setattr(QMessageBox, "question", answer(QMessageBox.StandardButton.No))
+    dialog.run_button.click()
+    assert "stops the server" in asked[0]
+    assert not dialog.running and dialog.status.text().startswith("Not started")
+    assert window.bridge.server is not None  # still serving
+
+    monkeypatch.setattr(QMessageBox, "question", answer(QMessageBox.StandardButton.Yes))
+    with qtbot.waitSignal(window.bridge.serving, timeout=REPLY_TIMEOUT_MS) as stopped:
+        dialog.run_button.click()
+        dialog.cancel_button.click()  # nothing measured: the model comes back at once
+    assert stopped.args[0] is None and window.bridge.server is None
+    qtbot.waitUntil(lambda: not dialog.running, timeout=60_000)
+    qtbot.waitUntil(lambda: window.loaded_path == str(starter_model), timeout=120_000)
 
 
 def test_without_the_main_window_nothing_is_unloaded_and_nothing_said(dialog):
