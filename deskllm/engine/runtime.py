@@ -332,6 +332,16 @@ class LlamaRuntime:
             read += len(part)
         return read
 
+    def eog_tokens(self) -> list[int]:
+        """The vocabulary's end-of-generation tokens, looked up once per model: a call per
+        vocabulary entry took 25 ms (110 ms for Gemma 3's 262k) before every ignore_eos reply,
+        and in the batched engine every running stream waited that long."""
+        eog = getattr(self, "_eog_tokens", None)
+        if eog is None:
+            eog = [t for t in range(self.n_vocab) if L.llama_vocab_is_eog(self.vocab, t)]
+            self._eog_tokens = eog
+        return eog
+
     def make_sampler(self, s: Sampling, history: list[int]) -> ctypes.c_void_p:
         chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
         penalized = s.repeat_penalty != 1.0 or s.presence_penalty or s.frequency_penalty
@@ -355,7 +365,7 @@ class LlamaRuntime:
                                   "bad_request")  # fmt: skip
             L.llama_sampler_chain_add(chain, grammar)
         if s.ignore_eos:
-            eog = [t for t in range(self.n_vocab) if L.llama_vocab_is_eog(self.vocab, t)]
+            eog = self.eog_tokens()
             biases = (L.llama_logit_bias * len(eog))(
                 *(L.llama_logit_bias(t, float("-inf")) for t in eog)
             )
