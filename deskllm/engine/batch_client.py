@@ -5,10 +5,11 @@ replies at once. Qt-free and thread-safe: any thread may read its own Reply whil
     client.load(params)                  # params.n_ctx: the context of one slot
     replies = [client.chat("api", messages_i, sampling) for ...]   # each read in its thread
 
-A reader thread takes every event off the pipe and hands it to the Reply whose request id it
-carries. When the worker dies (crash, kill, out of memory) or stops answering for
-`hang_timeout_s` while it owes events, every open Reply ends with Exited, and the next chat
-starts a fresh worker with the same model (unless it died CRASH_LIMIT times in a row).
+A reader thread takes every event off the pipe (one step's events come as one message) and
+hands it to the Reply whose request id it carries. When the worker dies (crash, kill, out of
+memory) or stops answering for `hang_timeout_s` while it owes events, every open Reply ends
+with Exited, and the next chat starts a fresh worker with the same model (unless it died
+CRASH_LIMIT times in a row).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 
 from deskllm import paths
-from deskllm.engine.batch_protocol import BatchLoad, CancelRequest
+from deskllm.engine.batch_protocol import BatchLoad, CancelRequest, StepEvents
 from deskllm.engine.client import CRASH_LIMIT, HANG_TIMEOUT_S, exit_reason
 from deskllm.engine.errors import EngineError, ErrorKind
 from deskllm.engine.kv_cache import delete_conversation_states
@@ -119,6 +120,14 @@ class BatchEngineClient:
         if entry is not None:
             entry[0].put(event)
 
+    def _deliver_step(self, events: tuple[Event, ...]) -> None:
+        """One step's events, each to its reply, the mailboxes looked up under one lock."""
+        with self._lock:
+            boxes = [self._mailboxes.get(event.request_id) for event in events]
+        for entry, event in zip(boxes, events, strict=True):
+            if entry is not None:
+                entry[0].put(event)
+
     def _read_events(self, process, conn) -> None:
         """Hand each event to its reply; on the worker's death, Exited to every open one."""
         hung = False
@@ -145,6 +154,9 @@ class BatchEngineClient:
             except (EOFError, OSError):
                 break
             last_seen = now
+            if isinstance(event, StepEvents):
+                self._deliver_step(event.events)
+                continue
             if isinstance(event, Heartbeat):
                 continue
             rid = getattr(event, "request_id", None)

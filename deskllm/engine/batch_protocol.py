@@ -2,14 +2,15 @@
 
 Everything else is engine/protocol.py's: requests Chat, Status, Shutdown; events LoadProgress,
 Loaded, TextDelta, Metrics, Done, Error, StatusReport, Heartbeat. Many Chats are in flight at
-once, so every event of a reply carries its request id.
+once, so every event of a reply carries its request id; what one step gives all of them comes
+as one StepEvents.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from deskllm.engine.protocol import LoadParams
+from deskllm.engine.protocol import Event, LoadParams
 
 
 @dataclass(frozen=True)
@@ -26,3 +27,12 @@ class CancelRequest:
     """Stop one reply (waiting or running); it ends with Done(finish_reason="cancelled")."""
 
     request_id: int
+
+
+@dataclass(frozen=True)
+class StepEvents:
+    """Every reply's events from one step of the engine, in order, as one message: a message
+    per event cost each side a wake-up and a pickle per stream per token, CPU time that two
+    cores take from the decoding threads."""
+
+    events: tuple[Event, ...]

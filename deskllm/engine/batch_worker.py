@@ -1,8 +1,9 @@
 """The batched engine process: one BatchRuntime answering many requests at once.
 
 A reader thread puts every request on a queue; the main thread takes what arrived between two
-steps (new chats, cancels), then runs one step of the runtime and sends each request's events,
-tagged with its request id. While nothing is running it sleeps on the queue.
+steps (new chats, cancels), then runs one step of the runtime and sends every request's events,
+each tagged with its request id, as one StepEvents message. While nothing is running it sleeps
+on the queue.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import psutil
 
-from deskllm.engine.batch_protocol import BatchLoad, CancelRequest
+from deskllm.engine.batch_protocol import BatchLoad, CancelRequest, StepEvents
 from deskllm.engine.chat_template import ChatTemplate, TemplateRefused
 from deskllm.engine.errors import EngineError, ErrorKind
 from deskllm.engine.load_defaults import resolve_params
@@ -327,6 +328,7 @@ class BatchWorker:
 
     def step(self) -> None:
         now = time.perf_counter()
+        events: list = []  # sent as one message once the step is done
         for out in self.runtime.step():
             rid = out.run.request_id
             state = self.replies.get(rid)
@@ -339,11 +341,11 @@ class BatchWorker:
                 state.pending.append(out.text)
             if out.finish is not None:
                 self.replies.pop(rid)
-                self.send_text(rid, state)
+                self.take_text(rid, state, events)
                 if out.error is not None:
-                    self.send(Error(rid, str(out.error), kind=out.error.kind))
+                    events.append(Error(rid, str(out.error), kind=out.error.kind))
                     continue
-                self.send(
+                events.append(
                     Done(
                         request_id=rid,
                         finish_reason=out.finish,
@@ -357,16 +359,18 @@ class BatchWorker:
                 continue
             if state.pending and (now - state.last_text >= TEXT_INTERVAL_S):
                 state.last_text = now
-                self.send_text(rid, state)
+                self.take_text(rid, state, events)
             if now - state.last_metrics >= METRICS_INTERVAL_S:
                 state.last_metrics = now
-                self.send(self.metrics(out.run, state))
+                events.append(self.metrics(out.run, state))
+        if events:
+            self.send(StepEvents(tuple(events)))
 
-    def send_text(self, rid: int, state: ReplyState) -> None:
+    def take_text(self, rid: int, state: ReplyState, events: list) -> None:
         if state.pending:
             text = "".join(state.pending)
             state.sent += len(text)
-            self.send(TextDelta(rid, text, state.trail.take(state.sent)))
+            events.append(TextDelta(rid, text, state.trail.take(state.sent)))
             state.pending.clear()
 
     def metrics(self, run, state: ReplyState) -> Metrics:

@@ -16,12 +16,14 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from deskllm.engine.batch_client import BatchEngineClient
-from deskllm.engine.protocol import Done, Error, Exited, Metrics, TextDelta
+from deskllm.engine.protocol import Done, Error, Exited, TextDelta
 from deskllm.server.engine_queue import ChatRequest, EmbedRequest, Job, QueueFull, embed_event
 
 log = logging.getLogger("deskllm.server")
 
-_PASSED_ON = (TextDelta, Metrics, Done, Error, Exited)
+# Live Metrics stay here: no route reads them (Done carries the final figures), and each one
+# passed on would wake the event loop, N streams × 4 a second.
+_PASSED_ON = (TextDelta, Done, Error, Exited)
 
 
 class BatchEngineQueue:

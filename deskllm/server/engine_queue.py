@@ -92,9 +92,37 @@ class Job:
         return await self._events.get()
 
     async def stream(self) -> AsyncIterator[Event]:
-        """TextDelta, Metrics and the final Done / Error / Exited, as the engine sends them."""
-        while (event := await self._events.get()) is not None:
+        """TextDelta, Metrics and the final Done / Error / Exited, as the engine sends them.
+        Text deltas already waiting behind the one taken (the reader fell behind the engine)
+        come merged into it: one chunk to write for them instead of one each."""
+        held: Event | None | type[_Nothing] = _Nothing
+        while True:
+            event = await self._events.get() if held is _Nothing else held
+            held = _Nothing
+            if event is None:
+                return
+            if isinstance(event, TextDelta) and not self._events.empty():
+                parts = [event]
+                while not self._events.empty():
+                    after = self._events.get_nowait()
+                    if not isinstance(after, TextDelta):
+                        held = after  # given next, in its place
+                        break
+                    parts.append(after)
+                event = merge_deltas(parts)
             yield event
+
+
+class _Nothing:
+    """No event held back (None is the end of the job's events)."""
+
+
+def merge_deltas(deltas: list[TextDelta]) -> TextDelta:
+    """Consecutive deltas of one reply as one: their text and token logprobs, in order."""
+    if len(deltas) == 1:
+        return deltas[0]
+    logprobs = tuple(entry for d in deltas for entry in d.logprobs)
+    return TextDelta(deltas[0].request_id, "".join(d.text for d in deltas), logprobs)
 
 
 class EngineQueue:

@@ -104,3 +104,25 @@ def test_the_loader_plans_every_slots_kv_cache_as_llama_cpp_allocates_it(
     # What the batch engine's llama.cpp allocated for its two 2048-token slots.
     real = sum(size for name, size in batch.loaded.buffers.items() if name.endswith(" KV"))
     assert abs(two - real) <= 0.02 * real, (two, real)
+
+
+def test_one_step_sends_every_running_replys_events_in_one_message(batch, monkeypatch):
+    steps: list[tuple] = []
+    deliver = BatchEngineClient._deliver_step
+
+    def record(self, events):
+        steps.append(events)
+        deliver(self, events)
+
+    monkeypatch.setattr(BatchEngineClient, "_deliver_step", record)
+    short = Sampling(temperature=0, max_tokens=24, ignore_eos=True)
+    replies = [batch.chat("s", user(q), short) for q in ("Tell a story.", "Name colours.")]
+    readers = [read_in_thread(r) for r in replies]
+    for t, _ev in readers:
+        t.join(120)
+    assert all(r.finish_reason == "length" for r in replies)
+    # Both replies' text in one message: the worker sends a step's events together.
+    assert any(len({e.request_id for e in step if isinstance(e, TextDelta)}) == 2
+               for step in steps)  # fmt: skip
+    texts = ["".join(e.text for e in ev if isinstance(e, TextDelta)) for _t, ev in readers]
+    assert [r.text for r in replies] == texts
