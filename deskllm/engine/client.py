@@ -21,6 +21,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 
 from deskllm import paths
+from deskllm.engine.device_env import device_env
 from deskllm.engine.errors import EngineBusy, EngineError, ErrorKind
 from deskllm.engine.kv_cache import delete_conversation_states
 from deskllm.engine.protocol import (
@@ -178,8 +179,7 @@ class EngineClient:
     def _load_locked(
         self, params: LoadParams, on_progress: Callable[[float], None] | None = None
     ) -> Loaded:
-        env = {"GGML_VK_VISIBLE_DEVICES": params.vulkan_devices} if params.vulkan_devices else {}
-        self._ensure_process(env)
+        self._ensure_process(device_env(params))
         self._send(Load(params))
         for event in self._events():
             if isinstance(event, LoadProgress):

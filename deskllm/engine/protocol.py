@@ -35,6 +35,9 @@ class LoadParams:
     # Vulkan physical device indices llama.cpp may use ("0", "0,1"). None: ggml's own choice,
     # which skips CPU-type devices (llvmpipe); naming one is how a user chooses it.
     vulkan_devices: str | None = None
+    # CUDA device indices the engine may use ("1"; CUDA_VISIBLE_DEVICES): with several GPUs
+    # llama.cpp otherwise splits the layers across all of them. None: every one.
+    cuda_devices: str | None = None
     # The user's watts figure for machines without a readable energy counter (0: none): a
     # reply's joules are then this times the seconds, labelled "estimated".
     energy_watts: float = 0.0

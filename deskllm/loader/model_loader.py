@@ -152,10 +152,11 @@ class ModelLoader:
         """The fastest configuration `deskllm bench --suite` measured for this model file on
         this machine and engine build that fits now, as params, and why; None without one.
         Threads come from it only when the user left them automatic."""
-        if self.db is None or params.vulkan_devices is not None:
+        if self.db is None or params.vulkan_devices is not None or params.cuda_devices:
             return None  # no store, or the user named the device
         from deskllm.planner.bench_choice import choose
         from deskllm.planner.measured_configs import (
+            cuda_devices_of,
             current_keys,
             figures,
             stored_suite,
@@ -177,6 +178,7 @@ class ModelLoader:
                 params,
                 n_gpu_layers=config["n_gpu_layers"],
                 vulkan_devices=vulkan_devices_of(config),
+                cuda_devices=cuda_devices_of(config),
                 n_threads=config["n_threads"] if auto_threads else params.n_threads,
                 gpu_auto=False,
             )

@@ -56,7 +56,12 @@ from deskllm.planner.bench_choice import (
     shape_deadlines,
 )
 from deskllm.planner.fit import FitPlanner
-from deskllm.planner.measured_configs import config_label, current_keys, vulkan_devices_of
+from deskllm.planner.measured_configs import (
+    config_label,
+    cuda_devices_of,
+    current_keys,
+    vulkan_devices_of,
+)
 
 # (prompt tokens, generated tokens): LocalScore's shapes, a short reply to a long prompt, a
 # long reply to a long prompt and a long reply to a short one.
@@ -115,6 +120,14 @@ class SuiteConfig:
             id=self.id, backend=self.backend, device=self.device, description=self.description,
             n_threads=self.n_threads, n_gpu_layers=self.n_gpu_layers,
         )  # fmt: skip
+
+    def params(self, base: LoadParams) -> LoadParams:
+        """`base` loaded this way: its threads, its layers, only its device visible (a named
+        Vulkan device; one CUDA device of several)."""
+        config = self.as_dict()
+        return replace(base, n_threads=self.n_threads, n_gpu_layers=self.n_gpu_layers,
+                       vulkan_devices=vulkan_devices_of(config),
+                       cuda_devices=cuda_devices_of(config))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -326,12 +339,7 @@ class BenchSuite:
         )  # fmt: skip
         started = time.perf_counter()
         loaded_at: float | None = None
-        params = replace(
-            self.base,
-            n_threads=config.n_threads,
-            n_gpu_layers=config.n_gpu_layers,
-            vulkan_devices=vulkan_devices_of(config.as_dict()),
-        )
+        params = config.params(self.base)
         conversation = uuid.uuid4().hex  # one per configuration: no KV state is switched
         try:
             ModelLoader(client, db=self.db, hardware=self._hardware).load(params)
@@ -437,12 +445,7 @@ class BenchSuite:
         points: list[dict[str, Any]] = []
         try:
             if reload:
-                params = replace(
-                    self.base,
-                    n_threads=config.n_threads,
-                    n_gpu_layers=config.n_gpu_layers,
-                    vulkan_devices=vulkan_devices_of(config.as_dict()),
-                )
+                params = config.params(self.base)
                 ModelLoader(client, db=self.db, hardware=self._hardware).load(params)
             conversation = uuid.uuid4().hex
             for depth in self.depths:

@@ -125,6 +125,16 @@ def vulkan_devices_of(config: dict[str, Any]) -> str | None:
     return None
 
 
+def cuda_devices_of(config: dict[str, Any]) -> str | None:
+    """The CUDA device index to restrict the engine to for a CUDA configuration ("CUDA1" ->
+    "1"): on a machine with several GPUs llama.cpp would otherwise split the layers across
+    all of them, and the figures would not be that one device's."""
+    device = config.get("device") or ""
+    if config.get("n_gpu_layers") and device.startswith("CUDA") and device[4:].isdigit():
+        return device[4:]
+    return None
+
+
 def measured_summary(result: dict[str, Any]) -> str:
     """One line that cites a suite: "measured: CPU 2 threads 147.0 tok/s, Vulkan0 llvmpipe, 31
     layers 1.6 tok/s (abandoned: 92× slower than cpu-2t)"."""

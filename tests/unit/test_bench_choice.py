@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from deskllm.database.connection import open_database
+from deskllm.engine.device_env import device_env
 from deskllm.engine.protocol import LoadParams
 from deskllm.gguf.header import read_header
 from deskllm.hardware import HardwareReport, report_from_dict
@@ -232,3 +233,58 @@ def test_the_hardware_diagnosis_cites_the_stored_measurement(starter_model, desk
         desktop_with_llvmpipe.diagnosis
     )
     assert cited.diagnosis[-1].startswith(f"{starter_model.name}, measured by deskllm bench")
+
+
+@pytest.fixture(scope="module")
+def laptop_with_two_gpus() -> HardwareReport:
+    """The RTX 4070 laptop profile with a second, identical GPU added (CUDA1): no recorded
+    profile here has two."""
+    report = report_from_dict(json.loads((PROFILES / "laptop_rtx4070_8gb.json").read_text()))
+    gpu = next(d for d in report.engine.devices if d.name == "CUDA0")
+    target = next(t for t in report.offload_targets if t.engine_device == "CUDA0")
+    second = dataclasses.replace(target, engine_device="CUDA1", pci_bus_id="0000:02:00.0")
+    engine = dataclasses.replace(
+        report.engine, devices=report.engine.devices + (dataclasses.replace(gpu, name="CUDA1"),)
+    )
+    return dataclasses.replace(report, engine=engine,
+                               offload_targets=report.offload_targets + (second,))  # fmt: skip
+
+
+def test_each_cuda_gpu_of_several_is_measured_and_loaded_alone(
+    tmp_path, starter_model, laptop_with_two_gpus
+):
+    header = read_header(starter_model)
+
+    def planner_for(device):
+        return FitPlanner(laptop_with_two_gpus, target=device)
+
+    configs, _ = suite_configs(laptop_with_two_gpus, planner_for, header, 1024)
+    by_device = {c.device: c for c in configs if c.n_gpu_layers}
+    assert set(by_device) == {"CUDA0", "CUDA1"}
+    base = LoadParams(str(starter_model), n_ctx=1024)
+    # Only that GPU visible to the engine: llama.cpp would otherwise split the layers across
+    # both, and the figures would not be that GPU's.
+    second = by_device["CUDA1"].params(base)
+    assert (second.cuda_devices, second.vulkan_devices) == ("1", None)
+    assert device_env(second) == {"CUDA_VISIBLE_DEVICES": "1"}
+    assert device_env(by_device["CUDA0"].params(base)) == {"CUDA_VISIBLE_DEVICES": "0"}
+    cpu = next(c for c in configs if not c.n_gpu_layers)
+    assert device_env(cpu.params(base)) == {}
+    lavapipe = dataclasses.replace(base, vulkan_devices="0")
+    assert device_env(lavapipe) == {"GGML_VK_VISIBLE_DEVICES": "0"}
+
+    # An automatic load after a suite that found CUDA1 fastest restricts the engine to it.
+    winner = by_device["CUDA1"]
+    result = suite_result(starter_model, current_keys(), winner="cpu-2t")
+    result["configs"].append(winner.as_dict() | dict(
+        tg_tps=400.0, pp_tps=4000.0, ttft_s=0.01, score=None, joules_per_token=None,
+        status="measured"))  # fmt: skip
+    result["chosen"] = {"id": winner.id, "reason": "given"}
+    db = open_database(tmp_path / "store.sqlite3")
+    save_suite(db, result)
+    loader = ModelLoader(None, db=db, hardware=laptop_with_two_gpus)  # check() only
+    check = loader.check(dataclasses.replace(base, gpu_auto=True, use_extra_bufts=False))
+    assert (check.params.cuda_devices, check.params.n_gpu_layers) == ("1", winner.n_gpu_layers)
+    named = loader.check(dataclasses.replace(base, gpu_auto=True, use_extra_bufts=False,
+                                             cuda_devices="0"))  # fmt: skip
+    assert named.measured is None  # the user named the device: no measured choice
