@@ -28,6 +28,7 @@ from pathlib import Path
 from deskllm import paths
 from deskllm.engine.batch_protocol import BatchLoad, CancelRequest, StepEvents
 from deskllm.engine.client import CRASH_LIMIT, HANG_TIMEOUT_S, exit_reason
+from deskllm.engine.device_env import device_env
 from deskllm.engine.errors import EngineError, ErrorKind
 from deskllm.engine.kv_cache import delete_conversation_states
 from deskllm.engine.protocol import (
@@ -208,9 +209,8 @@ class BatchEngineClient:
     def _load_locked(
         self, params: LoadParams, on_progress: Callable[[float], None] | None = None
     ) -> Loaded:
-        env = {"GGML_VK_VISIBLE_DEVICES": params.vulkan_devices} if params.vulkan_devices else {}
         box: queue.Queue = queue.Queue()
-        self._start_process(env)
+        self._start_process(device_env(params))
         with self._lock:
             self._mailboxes[_CONTROL] = (box, self._process)
         try:
