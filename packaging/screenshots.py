@@ -26,12 +26,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SHOTS = ("chat", "models-recommended", "models-installed", "models-discover", "hardware", "usage")
+SHOTS = ("chat", "models-recommended", "models-installed", "models-discover", "hardware", "usage",
+         "server")  # fmt: skip
 SIZE = (1280, 800)
 PROMPTS = (
     "What can I do on a rainy Sunday afternoon at home?",
     "Write a short story about a lighthouse keeper who finds a message in a bottle.",
 )
+API_PROMPTS = ("Name three rivers.", "What is a haiku?", "Explain rain in one sentence.",
+               "List four colours.", "Write a limerick about a cat.")  # fmt: skip
 STREAM_GRAB_CHARS = 400  # grab once this much of the reply is on screen, readouts running
 TIMEOUT_S = 300.0  # a loaded 2-core machine is slow; nothing here is timed
 
@@ -198,6 +201,55 @@ class Shooter:
         if wanted & {"models-discover", "models-installed"}:
             repo = _fill_hub(hub, Path(window.model_path), work)
             self.models(window, repo, "models-discover" in wanted)
+        if "server" in wanted:
+            self.server(window)
+
+    def server(self, window) -> None:
+        """Engine → Local API server…: serving the window's model, with three finished API
+        requests in its table and two streaming when the picture is taken."""
+        import socket
+        import threading
+
+        import httpx2
+
+        window.open_server_panel()
+        panel = window.server_panel
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        panel.port.setValue(port)
+        panel.slots.setValue(4)
+        panel.require_key.setChecked(True)
+        states: list[object] = []
+        window.bridge.serving.connect(states.append)
+        panel.start_button.click()
+        self.wait(lambda: bool(states), "the server to start")
+        server = states[-1]
+        if server is None:
+            raise RuntimeError(f"the server did not start: {panel.status.text()}")
+        headers = {"Authorization": f"Bearer {server.config.api_key}"}
+
+        def ask(prompt: str, tokens: int) -> None:
+            body = {"model": server.host.model_id, "max_tokens": tokens, "ignore_eos": True,
+                    "messages": [{"role": "user", "content": prompt}]}  # fmt: skip
+            httpx2.post(server.url + "/chat/completions", json=body, headers=headers,
+                        timeout=600)  # fmt: skip
+
+        clients = [threading.Thread(target=ask, args=(p, 48)) for p in API_PROMPTS[:3]]
+        for t in clients:
+            t.start()
+        self.wait(lambda: not any(t.is_alive() for t in clients), "three API requests")
+        long = [threading.Thread(target=ask, args=(p, 600), daemon=True) for p in API_PROMPTS[3:]]
+        for t in long:
+            t.start()
+        self.wait(lambda: server.snapshot().running == 2, "two API streams")
+        panel.resize(*self.size)
+        self.settle(1.2)  # the panel's figures refresh twice a second
+        panel.refresh()
+        self.save("server", panel)
+        window.bridge.stop_serving()
+        self.wait(lambda: states[-1] is None, "the server to stop")
+        panel.close()
 
     def hardware(self, window) -> None:
         panel = window.hardware

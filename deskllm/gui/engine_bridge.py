@@ -38,7 +38,7 @@ from deskllm.gui import remote_targets
 from deskllm.gui.qt import QObject, Signal
 from deskllm.gui.tasks import TaskRunner
 from deskllm.loader import ModelLoader
-from deskllm.store import ConversationStore, open_database
+from deskllm.store import ConversationStore, ModelLibrary, open_database
 from deskllm.store.chat_session import ChatSession
 
 log = logging.getLogger("deskllm.gui")
@@ -190,9 +190,9 @@ class EngineBridge(QObject):
             self.tasks.post(self.serve_failed.emit, f"The model could not be loaded with "
                             f"{slots} slots: {exc}")  # fmt: skip
             return
-        model_id = Path(params.model_path).stem
         try:
-            server = EmbeddedServer(engine, loaded, model_id, config, slots)
+            server = EmbeddedServer(engine, loaded, self._model_id(params.model_path), config,
+                                    slots)  # fmt: skip
             server.start()
         except ServerStartError as exc:
             engine.close()
@@ -202,6 +202,11 @@ class EngineBridge(QObject):
         self.server = server
         self._use_client(SlotClient(engine))
         self.tasks.post(self.serving.emit, server)
+
+    def _model_id(self, model_path: str) -> str:
+        """What the API calls the model: its name in the library, as `deskllm serve` does."""
+        installed = ModelLibrary(self._db).find(model_path)
+        return installed.name if installed else Path(model_path).stem
 
     def _reload_single(self, params: LoadParams) -> None:
         try:
@@ -233,7 +238,7 @@ class EngineBridge(QObject):
         try:
             loaded = self._parts()[0].load(params, self._progress)
             if self.server is not None:  # the API serves the model the window loaded
-                self.server.model_changed(loaded, Path(params.model_path).stem)
+                self.server.model_changed(loaded, self._model_id(params.model_path))
         except EngineError as exc:
             self.tasks.post(self.load_failed.emit, str(exc))
         except Exception as exc:  # any failure becomes a message, never a dead task thread

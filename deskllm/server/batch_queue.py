@@ -108,9 +108,14 @@ class BatchEngineQueue:
                 self._running.discard(job)
             job.push(None)
 
-    def close(self) -> None:
+    def cancel_running(self) -> None:
+        """Stop every running reply (each ends as cancelled; its stream ends)."""
         with self._lock:
             for job in self._running:
+                job.cancel_requested = True
                 if job.reply is not None:
                     job.reply.cancel()
+
+    def close(self) -> None:
+        self.cancel_running()
         self._executor.shutdown(wait=True, cancel_futures=True)

@@ -125,8 +125,10 @@ class EmbeddedServer:
                               queue.waiting, self.metrics.recent_replies())  # fmt: skip
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop listening; open streams end (their replies are cancelled)."""
+        """Stop listening; open streams end (their replies are cancelled first, so they
+        close before uvicorn's graceful shutdown runs out)."""
         self._server.should_exit = True
+        self.host.queue.cancel_running()
         if self._thread is not None:
             self._thread.join(timeout)
         self.host.close()  # the queue; the engine stays with its owner
