@@ -124,3 +124,19 @@ def test_a_wider_address_always_requires_the_key(qtbot, window):
     assert panel.config().api_key  # the stored key
     panel.host.setCurrentIndex(panel.host.findData("127.0.0.1"))
     assert panel.require_key.isEnabled()
+
+
+def test_a_chat_from_before_the_server_is_restored_on_its_slot_not_read_again(qtbot, window):
+    """Starting the server moves the model to the batched engine; the conversation's KV state
+    goes with it through the state cache, so its next turn reads only the new message."""
+    win = window
+    set_sampling(win, max_tokens=16, temperature=0.0)
+    first = send_and_wait(qtbot, win, "Tell me about the sea.")
+    assert isinstance(first, Done)
+    start(qtbot, win, free_port(), slots=2)
+    second = send_and_wait(qtbot, win, "And rivers?")
+    assert isinstance(second, Done), second
+    assert second.metrics.restored_from in ("ram", "disk")
+    assert second.metrics.cached_tokens >= first.metrics.prompt_tokens
+    with qtbot.waitSignal(win.bridge.loaded, timeout=REPLY_TIMEOUT_MS):
+        win.bridge.stop_serving()
