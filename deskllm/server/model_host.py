@@ -57,8 +57,9 @@ class ModelHost:
         self.model_id = model_id
         self.parallel = parallel
         self.installed = installed
-        if parallel > 1:
-            from deskllm.engine.batch_client import BatchEngineClient
+        from deskllm.engine.batch_client import BatchEngineClient
+
+        if parallel > 1 or isinstance(client, BatchEngineClient):  # the window's: any slots
             from deskllm.server.batch_queue import BatchEngineQueue
 
             self.client = client or BatchEngineClient(parallel)
