@@ -185,7 +185,9 @@ class EngineBridge(QObject):
             self._single.unload()  # one copy of the model in memory (KV states go to disk)
             batched = ModelLoader(engine, db=self._db, slots=slots)
             loaded = batched.load(params, self._progress)
-        except EngineError as exc:
+        except Exception as exc:  # the window keeps its model whatever failed
+            if not isinstance(exc, EngineError):
+                log.exception("loading the model with slots failed")
             self._reload_single(params)
             self.tasks.post(self.serve_failed.emit, f"The model could not be loaded with "
                             f"{slots} slots: {exc}")  # fmt: skip
@@ -194,7 +196,9 @@ class EngineBridge(QObject):
             server = EmbeddedServer(engine, loaded, self._model_id(params.model_path), config,
                                     slots)  # fmt: skip
             server.start()
-        except ServerStartError as exc:
+        except Exception as exc:
+            if not isinstance(exc, ServerStartError):
+                log.exception("the API server could not start")
             engine.close()
             self._reload_single(params)
             self.tasks.post(self.serve_failed.emit, str(exc))
