@@ -1,18 +1,37 @@
-"""Single-stream decode speed through `deskllm serve`'s API against the engine client it is
-built on, side by side in one run (this machine is shared and noisy: only the ratio means
-anything). Prints one JSON object; the target is api_over_client >= 0.95.
+"""`deskllm serve --parallel` against a plain batched decode loop, llama-cpp-python's own
+server and `deskllm bench`'s decode path, side by side in one run per model (this machine is
+shared and noisy: read the ratios). Prints one JSON object.
 
-    .venv/bin/python bench/serve.py [--model NAME] [--threads 2] [--tokens 256] [--rounds 3]
+    .venv/bin/python bench/serve.py [--model NAME_OR_PATH ...] [--threads 2] [--tokens 64]
+                                    [--rounds 2] [--streams 1,2,4,8] [--ctx 1024]
 
-Both paths decode the same greedy reply with ignore_eos, so each generates exactly --tokens
-tokens, and both are timed the same way: from the first text the client receives to the end
-of the reply, (tokens - 1) / seconds.
-  client_tg_tps  EngineClient.chat → Reply, in this process (what `deskllm bench` times)
-  api_tg_tps     POST /v1/chat/completions with stream=true, read as raw SSE over HTTP
-  *_engine_tg_tps  the engine's own decode speed in the same runs (Metrics.tg_tps, the API's
-                 timings.predicted_per_second): on a busy machine the engine itself slows
-                 down, so *_delivery (client tok/s / engine tok/s) isolates what each path's
-                 transport costs
+--model may be given more than once. Without it: the starter model, and Gemma 3 270M from
+~/.cache/deskllm-bench/gemma-3-270m-q4_k_m.gguf when bench/fetch_gemma.sh has put it there.
+
+Output: {"models": {file name: {keys below}}, "n_threads", "tokens", "rounds", "cpu_count",
+"load_avg_1m": [at the start, at the end]}. Every stream decodes a greedy reply of --tokens
+tokens to its own prompt (ignore_eos where the server has it); speeds are medians over the
+rounds and ratios medians of the ratios within each round. Keys per model:
+  agg_tps_N            N concurrent streams through POST /v1/chat/completions (stream=true) of
+                       `deskllm serve --parallel 8`: Σ(tokens - 1) / (last end - first text)
+  raw_batched_tps_N    a plain loop on the C API in this process, what llama-batched-bench
+                       measures: one context, N sequences, one llama_decode of N tokens per
+                       step, greedy sampling; N·(tokens - 1) / (last step - first token)
+  agg_over_raw_N       agg_tps_N / raw_batched_tps_N (target >= 0.85)
+  peer_tps_1           llama-cpp-python's server (python -m llama_cpp.server, same threads and
+                       context), one stream, the same client and prompt as agg_tps_1
+  peer_completed_4     of 4 concurrent streams to it, how many ended with text
+  peer_stream_tps_4    each of those 4 streams' tok/s (0 for one that got no text)
+  peer_agg_tps_4       their aggregate, as agg_tps_N
+  api_over_peer_1      agg_tps_1 / peer_tps_1 (target >= 1.2)
+  agg_over_peer_4      agg_tps_4 / peer_agg_tps_4 (target >= 2)
+  ttft_idle_p50        seconds from sending a 1-token request to its first text, alone
+  ttft_busy_p95        the same while 3 other streams decode
+  ttft_busy_over_idle  ttft_busy_p95 / ttft_idle_p50 (target <= 3)
+  bench_tg_tps         one reply of --tg-tokens through EngineClient, as `deskllm bench` times
+                       its tg_tps (first text to end, best of 2 per round)
+  api_tg_tps           the same reply through the server's API, timed the same way
+  api_over_bench_tg    api_tg_tps / bench_tg_tps (target >= 0.95)
 """
 
 from __future__ import annotations
@@ -25,25 +44,206 @@ import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
 
 import httpx2
 
+from deskllm import settings as settings_mod
 from deskllm.cli.chat import resolve_model
+from deskllm.engine.chat_template import ChatTemplate
 from deskllm.engine.client import EngineClient
 from deskllm.engine.protocol import ChatMessage, LoadParams, Sampling
+from deskllm.engine.runtime import KV_TYPE_IDS, L, LlamaRuntime, _init_backend
+from deskllm.llamacpp import build
 from deskllm.loader import ModelLoader
+from deskllm.loader.params import params_from_settings
 from deskllm.store import ModelLibrary, open_database
 
-PROMPT = "Write a long story about a lighthouse."
-REPEATS = 2  # each path keeps the best of this many runs per round, alike
+GEMMA = Path.home() / ".cache" / "deskllm-bench" / "gemma-3-270m-q4_k_m.gguf"
+SLOTS = 8
+BUSY_STREAMS = 3
+PEER_STREAMS = 4
+MODEL_IDS: dict[str, str] = {}  # each server's URL → the model name its requests give
+REPEATS = 2  # the single-stream tg paths keep the best of this many runs per round, alike
+PROMPTS = [
+    "Write a long story about a lighthouse.", "Describe a day at the beach.",
+    "Explain how bread is made.", "Tell me about the history of trains.",
+    "Write a poem about autumn leaves.", "Describe the life of a honeybee.",
+    "Explain how a bicycle works.", "Tell a story about a lost cat.",
+]  # fmt: skip
 
 
-def client_tps(client: EngineClient, tokens: int) -> tuple[float, float]:
+# Servers ------------------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(process: subprocess.Popen, url: str, name: str) -> None:
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{name} exited with {process.returncode}")
+        try:
+            if httpx2.get(url, timeout=5).status_code == 200:
+                return
+        except httpx2.TransportError:
+            pass
+        time.sleep(0.2)
+    process.kill()
+    raise RuntimeError(f"{name} did not start in time")
+
+
+def start_deskllm(model_path: str, threads: int, ctx: int) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "deskllm", "serve", "--model", model_path, "--port", str(port),
+         "--threads", str(threads), "--ctx", str(ctx), "--parallel", str(SLOTS)],
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    wait_ready(process, url + "/health", "deskllm serve")
+    MODEL_IDS[url] = httpx2.get(url + "/v1/models").json()["data"][0]["id"]
+    return process, url
+
+
+def start_peer(model_path: str, threads: int, ctx: int) -> tuple[subprocess.Popen, str]:
+    """llama-cpp-python's server with its defaults, on the llama.cpp build deskllm uses."""
+    port = free_port()
+    env = dict(os.environ)
+    if build.engine_dir() is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(build.engine_dir()), env.get("PYTHONPATH", "")])
+    process = subprocess.Popen(
+        [sys.executable, "-m", "llama_cpp.server", "--model", model_path, "--port", str(port),
+         "--n_threads", str(threads), "--n_threads_batch", str(threads), "--n_ctx", str(ctx),
+         "--verbose", "false"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    wait_ready(process, url + "/v1/models", "llama_cpp.server")
+    MODEL_IDS[url] = httpx2.get(url + "/v1/models").json()["data"][0]["id"]
+    return process, url
+
+
+def stop(process: subprocess.Popen | None) -> None:
+    if process is not None and process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+# Clients ------------------------------------------------------------------------------------
+def stream(url: str, prompt: str, tokens: int, out: dict,
+           stop_event: threading.Event | None = None) -> None:  # fmt: skip
+    """One streamed chat reply read as raw SSE; `out` gets sent, first (first text) and end
+    times, tokens (the usage figure, else the text chunks counted) and finished (a finish
+    reason came). `stop_event`: leave once it is set (closing the connection ends the reply)."""
+    body = {
+        "model": MODEL_IDS[url], "messages": [{"role": "user", "content": prompt}], "stream": True,
+        "temperature": 0, "repeat_penalty": 1.0, "max_tokens": tokens, "ignore_eos": True,
+        "stream_options": {"include_usage": True}, "user": uuid.uuid4().hex,
+    }  # fmt: skip
+    out["sent"] = time.perf_counter()
+    chunks = 0
+    try:
+        with httpx2.stream("POST", url + "/v1/chat/completions", json=body, timeout=900) as r:
+            r.raise_for_status()
+            for line in r.iter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[6:])
+                if chunk.get("usage"):
+                    out["tokens"] = chunk["usage"]["completion_tokens"]
+                choices = chunk.get("choices") or [{}]
+                if (choices[0].get("delta") or {}).get("content"):
+                    chunks += 1
+                    out.setdefault("first", time.perf_counter())
+                if choices[0].get("finish_reason"):
+                    out["finished"] = True
+                if stop_event is not None and stop_event.is_set():
+                    break
+    except httpx2.HTTPError as exc:
+        out["error"] = str(exc)
+    out["end"] = time.perf_counter()
+    out.setdefault("tokens", chunks)
+
+
+def concurrent(url: str, k: int, tokens: int) -> list[dict]:
+    runs: list[dict] = [{} for _ in range(k)]
+    threads = [threading.Thread(target=stream, args=(url, PROMPTS[i], tokens, runs[i]))
+               for i in range(k)]  # fmt: skip
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return runs
+
+
+def aggregate(runs: list[dict]) -> float:
+    timed = [r for r in runs if "first" in r]
+    if not timed:
+        return 0.0
+    span = max(r["end"] for r in timed) - min(r["first"] for r in timed)
+    return sum(max(r["tokens"] - 1, 0) for r in timed) / span
+
+
+def one_stream_tps(run: dict) -> float:
+    if "first" not in run or run["tokens"] < 2 or run["end"] <= run["first"]:
+        return 0.0
+    return (run["tokens"] - 1) / (run["end"] - run["first"])
+
+
+def served_agg(url: str, k: int, tokens: int) -> float:
+    runs = concurrent(url, k, tokens)
+    broken = [r for r in runs if r.get("error") or r.get("tokens") != tokens]
+    if broken:
+        raise RuntimeError(f"deskllm serve: {len(broken)} of {k} streams fell short: {broken}")
+    return aggregate(runs)
+
+
+def ttft(url: str, samples: int, background: int) -> list[float]:
+    """TTFT of `samples` one-token requests, one after another, while `background` long
+    streams decode (they are left once the samples are taken)."""
+    bg: list[dict] = [{} for _ in range(background)]
+    stop_event = threading.Event()
+    threads = [threading.Thread(target=stream, args=(url, PROMPTS[i], 4000, bg[i], stop_event))
+               for i in range(background)]  # fmt: skip
+    for t in threads:
+        t.start()
+    while any("first" not in r for r in bg):
+        if not any(t.is_alive() for t in threads):
+            raise RuntimeError("the background streams ended before their first text")
+        time.sleep(0.05)
+    times, all_running = [], True
+    for i in range(samples):
+        out: dict = {}
+        stream(url, f"Question {i}: {PROMPTS[-1 - i % 4]}", 1, out)
+        times.append(out["first"] - out["sent"])
+        all_running = all_running and all(t.is_alive() for t in threads)
+    stop_event.set()
+    for t in threads:
+        t.join()
+    if not all_running:
+        raise RuntimeError("background streams ended before the TTFT samples were taken")
+    return times
+
+
+def quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def bench_tg(client: EngineClient, tokens: int) -> float:
+    """`deskllm bench`'s tg_tps: EngineClient in this process, first text to the end."""
     sampling = Sampling(temperature=0.0, repeat_penalty=1.0, max_tokens=tokens, ignore_eos=True)
-    reply = client.chat(uuid.uuid4().hex, [ChatMessage("user", PROMPT)], sampling)
+    reply = client.chat(uuid.uuid4().hex, [ChatMessage("user", PROMPTS[0])], sampling)
     first = None
     for _text in reply:
         if first is None:
@@ -51,112 +251,200 @@ def client_tps(client: EngineClient, tokens: int) -> tuple[float, float]:
     end = time.perf_counter()
     if reply.done is None or first is None:
         raise RuntimeError(f"the reply failed: {reply.error}")
-    tps = (reply.done.metrics.generated_tokens - 1) / (end - first)
-    return tps, reply.done.metrics.tg_tps or 0.0
+    return (reply.done.metrics.generated_tokens - 1) / (end - first)
 
 
-def api_tps(http: httpx2.Client, url: str, model: str, tokens: int) -> tuple[float, float]:
-    body = {
-        "model": model, "messages": [{"role": "user", "content": PROMPT}], "stream": True,
-        "temperature": 0, "repeat_penalty": 1.0, "max_tokens": tokens, "ignore_eos": True,
-        "stream_options": {"include_usage": True}, "user": uuid.uuid4().hex,
-    }  # fmt: skip
-    first = end = None
-    generated, engine_tps = 0, 0.0
-    with http.stream("POST", url + "/v1/chat/completions", json=body) as response:
-        response.raise_for_status()
-        for line in response.iter_lines():
-            if not line.startswith("data: "):
-                continue
-            data = line.removeprefix("data: ")
-            if data == "[DONE]":
-                break
-            chunk = json.loads(data)
-            if chunk.get("usage"):
-                generated = chunk["usage"]["completion_tokens"]
-                engine_tps = chunk["timings"]["predicted_per_second"] or 0.0
-            elif chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
-                if first is None:
-                    first = time.perf_counter()
-            elif chunk["choices"] and chunk["choices"][0].get("finish_reason"):
-                end = time.perf_counter()
-    if first is None or end is None or generated < 2:
-        raise RuntimeError("the streamed reply was too short to time")
-    return (generated - 1) / (end - first), engine_tps
+def api_tg(url: str, tokens: int) -> float:
+    out: dict = {}
+    stream(url, PROMPTS[0], tokens, out)
+    if out.get("error") or out.get("tokens") != tokens:
+        raise RuntimeError(f"the API reply fell short: {out}")
+    return one_stream_tps(out)
 
 
-def start_server(model_path: str, threads: int, ctx: int) -> tuple[subprocess.Popen, str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    process = subprocess.Popen(
-        [sys.executable, "-m", "deskllm", "serve", "--model", model_path, "--port", str(port),
-         "--threads", str(threads), "--ctx", str(ctx)],
-        stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the server exited with {process.returncode}")
-        try:
-            if httpx2.get(url + "/health", timeout=5).status_code == 200:
-                return process, url
-        except httpx2.TransportError:
-            pass
-        time.sleep(0.2)
-    process.kill()
-    raise RuntimeError("the server did not start in time")
+# The plain batched loop ---------------------------------------------------------------------
+class RawBatched:
+    """llama-batched-bench's measurement from ctypes: one context holding `n_seq` sequences
+    as the server's (its per-sequence context, batch size, KV type), no scheduler."""
+
+    # The engine's tokenizer and chat template, so the prompts are the server's tokens.
+    chat_template = LlamaRuntime.chat_template
+    token_text = LlamaRuntime.token_text
+    bos_text = LlamaRuntime.bos_text
+    eos_text = LlamaRuntime.eos_text
+    tokenize = LlamaRuntime.tokenize
+
+    def __init__(self, params: LoadParams, n_seq: int, extra_bufts: bool) -> None:
+        self.L = L
+        _init_backend()
+        mparams = L.llama_model_default_params()
+        mparams.use_extra_bufts = extra_bufts
+        self.model = L.llama_model_load_from_file(params.model_path.encode(), mparams)
+        if not self.model:
+            raise RuntimeError(f"llama.cpp could not load {params.model_path}")
+        self.vocab = L.llama_model_get_vocab(self.model)
+        cparams = L.llama_context_default_params()
+        cparams.n_ctx = params.n_ctx * n_seq
+        cparams.n_batch = cparams.n_ubatch = params.n_batch
+        cparams.n_seq_max = n_seq
+        cparams.kv_unified = False
+        cparams.n_threads = cparams.n_threads_batch = params.n_threads
+        cparams.type_k = cparams.type_v = KV_TYPE_IDS[params.kv_type]
+        cparams.flash_attn_type = (L.LLAMA_FLASH_ATTN_TYPE_ENABLED if params.flash_attn
+                                   else L.LLAMA_FLASH_ATTN_TYPE_DISABLED)  # fmt: skip
+        self.ctx = L.llama_init_from_model(self.model, cparams)
+        if not self.ctx:
+            raise RuntimeError("llama.cpp could not create the context")
+        self.n_batch = params.n_batch
+        self.batch = L.llama_batch_init(params.n_batch, 0, 1)
+        self.greedy = L.llama_sampler_init_greedy()
+
+    def _decode(self, entries: list[tuple[int, int, int, bool]]) -> None:
+        b = self.batch
+        for i, (token, pos, seq, logits) in enumerate(entries):
+            b.token[i], b.pos[i], b.n_seq_id[i] = token, pos, 1
+            b.seq_id[i][0], b.logits[i] = seq, logits
+        b.n_tokens = len(entries)
+        rc = self.L.llama_decode(self.ctx, b)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode returned {rc}")
+
+    def run(self, prompts: list[list[int]], tokens: int) -> float:
+        """Prefill each prompt, then `tokens - 1` steps of one token per sequence."""
+        L = self.L
+        L.llama_memory_clear(L.llama_get_memory(self.ctx), True)
+        last: list[int] = []
+        for seq, prompt in enumerate(prompts):  # prompts are short: one batch each
+            self._decode([(t, p, seq, p == len(prompt) - 1) for p, t in enumerate(prompt)])
+            last.append(L.llama_sampler_sample(self.greedy, self.ctx, -1))
+        start = time.perf_counter()
+        pos = [len(p) for p in prompts]
+        for _ in range(tokens - 1):
+            self._decode([(last[s], pos[s], s, True) for s in range(len(prompts))])
+            last = [L.llama_sampler_sample(self.greedy, self.ctx, s) for s in range(len(prompts))]
+            pos = [p + 1 for p in pos]
+        return len(prompts) * (tokens - 1) / (time.perf_counter() - start)
+
+    def close(self) -> None:
+        L = self.L
+        L.llama_sampler_free(self.greedy)
+        L.llama_batch_free(self.batch)
+        L.llama_free(self.ctx)
+        L.llama_model_free(self.model)
+
+
+def chat_prompts(raw: RawBatched) -> list[list[int]]:
+    """The prompts as the server renders them (the model's chat template)."""
+    template = ChatTemplate(raw.chat_template(), raw.bos_text, raw.eos_text)
+    rendered = [template.render([ChatMessage("user", p)]).text for p in PROMPTS]
+    return [raw.tokenize(text) for text in rendered]
+
+
+# One model ----------------------------------------------------------------------------------
+def measure(model_path: str, args: argparse.Namespace, counts: list[int]) -> dict:
+    from deskllm.engine.extra_bufts_probe import extra_bufts_work
+    from deskllm.engine.load_defaults import resolve_params
+
+    params = resolve_params(params_from_settings(settings_mod.load(), model_path, n_ctx=args.ctx,
+                                                 n_threads=args.threads), None)  # fmt: skip
+    extra = extra_bufts_work(model_path)
+    raw = RawBatched(params, max(counts), extra)
+    prompts = chat_prompts(raw)
+    served = peer = None
+    samples: dict = {"agg": {k: [] for k in counts}, "raw": {k: [] for k in counts},
+                     "peer_1": [], "peer_4": [], "peer_completed_4": [], "peer_stream_tps_4": [],
+                     "bench_tg": [], "api_tg": []}  # fmt: skip
+    try:
+        served, url = start_deskllm(model_path, args.threads, args.ctx)
+        peer, peer_url = start_peer(model_path, args.threads, args.ctx)
+        with EngineClient() as client:
+            ModelLoader(client).load(params)
+            concurrent(url, 1, 8)  # warm every path alike
+            concurrent(peer_url, 1, 8)
+            raw.run(prompts[:1], 8)
+            bench_tg(client, 8)
+            for _ in range(args.rounds):
+                for k in counts:  # interleaved: load on the machine hits both paths alike
+                    samples["agg"][k].append(served_agg(url, k, args.tokens))
+                    samples["raw"][k].append(raw.run(prompts[:k], args.tokens))
+                samples["peer_1"].append(aggregate(concurrent(peer_url, 1, args.tokens)))
+                runs = concurrent(peer_url, PEER_STREAMS, args.tokens)
+                samples["peer_4"].append(aggregate(runs))
+                samples["peer_completed_4"].append(
+                    sum(1 for r in runs if r.get("finished") and r.get("tokens", 0) > 0)
+                )
+                samples["peer_stream_tps_4"].append([one_stream_tps(r) for r in runs])
+                samples["bench_tg"].append(max(bench_tg(client, args.tg_tokens)
+                                               for _ in range(REPEATS)))  # fmt: skip
+                samples["api_tg"].append(max(api_tg(url, args.tg_tokens) for _ in range(REPEATS)))
+        stop(peer)  # idle, but the TTFT figures need nothing else in memory's way
+        peer = None
+        idle = ttft(url, args.ttft_samples, 0)
+        busy = ttft(url, args.ttft_samples, BUSY_STREAMS)
+    finally:
+        stop(served)
+        stop(peer)
+        raw.close()
+
+    def ratio(a: list[float], b: list[float]) -> float:
+        return statistics.median(x / y for x, y in zip(a, b, strict=True))
+
+    med = statistics.median
+    result: dict = {"path": model_path}
+    for k in counts:
+        result[f"agg_tps_{k}"] = med(samples["agg"][k])
+        result[f"raw_batched_tps_{k}"] = med(samples["raw"][k])
+        result[f"agg_over_raw_{k}"] = ratio(samples["agg"][k], samples["raw"][k])
+    agg_1, agg_4 = samples["agg"].get(1), samples["agg"].get(PEER_STREAMS)
+    result |= {
+        "peer_tps_1": med(samples["peer_1"]),
+        "peer_completed_4": min(samples["peer_completed_4"]),
+        "peer_stream_tps_4": samples["peer_stream_tps_4"][-1],
+        "peer_agg_tps_4": med(samples["peer_4"]),
+        "api_over_peer_1": ratio(agg_1, samples["peer_1"]) if agg_1 else None,
+        "agg_over_peer_4": ratio(agg_4, samples["peer_4"]) if agg_4 else None,
+        "ttft_idle_p50": quantile(idle, 0.5),
+        "ttft_busy_p95": quantile(busy, 0.95),
+        "ttft_busy_over_idle": quantile(busy, 0.95) / quantile(idle, 0.5),
+        "bench_tg_tps": med(samples["bench_tg"]),
+        "api_tg_tps": med(samples["api_tg"]),
+        "api_over_bench_tg": ratio(samples["api_tg"], samples["bench_tg"]),
+        "samples": samples | {"ttft_idle": idle, "ttft_busy": busy},
+    }
+    return result
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default=None, help="a .gguf path or installed name")
+    parser.add_argument("--model", action="append", default=None,
+                        help="a .gguf path or installed name; repeat for more models")  # fmt: skip
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--ctx", type=int, default=4096)
-    parser.add_argument("--tokens", type=int, default=256)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--streams", default="1,2,4,8")
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--tg-tokens", type=int, default=128)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--ctx", type=int, default=1024, help="context of one slot")
+    parser.add_argument("--ttft-samples", type=int, default=10)
     args = parser.parse_args()
-    # Killed by a timeout: still stop the server (the finally below).
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
-    model_path = resolve_model(ModelLibrary(open_database()), args.model)
-    process, url = start_server(model_path, args.threads, args.ctx)
-    try:
-        with EngineClient() as client, httpx2.Client(timeout=600) as http:
-            ModelLoader(client).load(
-                LoadParams(model_path=model_path, n_ctx=args.ctx, n_threads=args.threads)
-            )
-            model = http.get(url + "/v1/models").json()["data"][0]["id"]
-            api_tps(http, url, model, 8)  # warm both paths alike
-            client_tps(client, 8)
-            direct, api = [], []
-            for _ in range(args.rounds):
-                # Interleaved and compared within each round: load on the machine hits both.
-                direct.append(max(client_tps(client, args.tokens) for _ in range(REPEATS)))
-                api.append(max(api_tps(http, url, model, args.tokens) for _ in range(REPEATS)))
-    finally:
-        process.terminate()
-        process.wait(30)
-    direct_tps, direct_engine = [d for d, _ in direct], [e for _, e in direct]
-    api_tps_, api_engine = [a for a, _ in api], [e for _, e in api]
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # still stop the servers
+    counts = [int(k) for k in args.streams.split(",")]
+    if max(counts) > SLOTS:
+        parser.error(f"at most {SLOTS} streams")
+    library = ModelLibrary(open_database())
+    names = args.model or [None] + ([str(GEMMA)] if GEMMA.is_file() else [])
+    if not args.model and not GEMMA.is_file():
+        print(f"note: {GEMMA} is missing (bench/fetch_gemma.sh fetches it); starter model only",
+              file=sys.stderr)  # fmt: skip
+    load_start = os.getloadavg()[0]
+    models = {}
+    for name in names:
+        path = resolve_model(library, name)
+        models[Path(path).name] = measure(path, args, counts)
     result = {
-        "model": Path(model_path).name,
-        "n_threads": args.threads,
-        "tokens": args.tokens,
-        "client_tg_tps": statistics.median(direct_tps),
-        "api_tg_tps": statistics.median(api_tps_),
-        "api_over_client": statistics.median(
-            a / d for a, d in zip(api_tps_, direct_tps, strict=True)
-        ),
-        "client_engine_tg_tps": statistics.median(direct_engine),
-        "api_engine_tg_tps": statistics.median(api_engine),
-        "client_delivery": statistics.median(
-            d / e for d, e in zip(direct_tps, direct_engine, strict=True)
-        ),
-        "api_delivery": statistics.median(a / e for a, e in zip(api_tps_, api_engine, strict=True)),
-        "samples": {"client": direct_tps, "api": api_tps_},
-        "cpu_count": os.cpu_count(),
-    }
+        "models": models, "n_threads": args.threads, "tokens": args.tokens,
+        "tg_tokens": args.tg_tokens, "rounds": args.rounds, "cpu_count": os.cpu_count(),
+        "load_avg_1m": [load_start, os.getloadavg()[0]],
+    }  # fmt: skip
     print(json.dumps(result, indent=2))
     return 0
 
