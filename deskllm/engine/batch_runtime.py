@@ -59,6 +59,8 @@ from deskllm.engine.stop_strings import StopMatcher  # noqa: E402
 
 log = logging.getLogger("deskllm.engine")
 
+REREAD_STEP_TOKENS = 64  # a finished reply's tokens read again per idle step
+
 
 @dataclass
 class SlotRun:
@@ -253,8 +255,6 @@ class BatchRuntime:
         while self.waiting:
             run = self.waiting[0]
             choice = choose_slot(self.slots, run.prompt)
-            if choice is None and self._stop_reading_again():
-                choice = choose_slot(self.slots, run.prompt)
             if choice is None:
                 return
             self.waiting.popleft()
@@ -271,6 +271,7 @@ class BatchRuntime:
                 reused = 0
             del slot.tokens[reused:]
             slot.n_exact = min(slot.n_exact, reused)
+            slot.unread.clear()  # what the prompt shares of them it reads anyway
             slot.request_id = run.request_id
             slot.conversation = run.conversation
             run.admitted = time.perf_counter()
@@ -286,21 +287,38 @@ class BatchRuntime:
         recently used free slot with the conversation's saved state restored into it when that
         state shares a longer prefix. Cells about to be overwritten are saved first."""
         slot, reused = choice.slot, choice.reused
+        keeps = slot.conversation == run.conversation or self.state_cache is not None
+        if slot.unread and keeps and not self.running:
+            # Its reply is still to be read again, and no stream would wait for it: read it
+            # now (this request would have waited that step anyway), so it is reused or saved.
+            while slot.unread:
+                self._read_again(slot, self.n_batch)
+            reused = reusable(common_prefix(slot.tokens, run.prompt), len(run.prompt))
         found = self._saved_state(run, reused)
         if found is not None:
             state, where, lcp = found
             target = least_recent(self.slots)
             if target.conversation != run.conversation:
-                self.save_slot(target)
+                self._save_before_overwrite(target)
             problem = self._restore(target, state)
             if problem is None:
                 run.restored_from = where
                 return target, lcp
             self.state_cache.drop(run.conversation, f"not restored: {problem}")
             return slot, (0 if target is slot else reused)
-        if reused < len(slot.tokens) and slot.conversation != run.conversation:
-            self.save_slot(slot)  # the same conversation's later turn supersedes its cells
+        if (reused < len(slot.tokens) or slot.unread) and slot.conversation != run.conversation:
+            self._save_before_overwrite(slot)  # the conversation's own later turn supersedes it
         return slot, reused
+
+    def _save_before_overwrite(self, slot: Slot) -> None:
+        """Save the cells of a slot another conversation takes. A reply not read again yet
+        is read now if no stream runs (no one waits but the request taking the slot, which
+        would have waited for that step anyway); else only the cells before it are kept."""
+        if self.state_cache is None or slot.conversation is None:
+            return
+        while slot.unread and not self.running:
+            self._read_again(slot, self.n_batch)
+        self.save_slot(slot)
 
     def _saved_state(self, run: SlotRun, reused: int) -> tuple[KvState, str, int] | None:
         """The conversation's saved state, where it was and the prompt tokens it gives, when
@@ -350,6 +368,8 @@ class BatchRuntime:
         """Put `state` in the slot's sequence. Returns None, or why it was refused (then the
         slot is empty)."""
         slot.tokens.clear()
+        slot.unread.clear()
+        slot.n_exact = 0
         slot.conversation = None
         L.llama_memory_seq_rm(self.memory, slot.index, 0, -1)
         if len(state.tokens) > self.n_ctx_seq:
@@ -417,14 +437,29 @@ class BatchRuntime:
         del slot.tokens[slot.n_exact :]
         return tail
 
-    def _stop_reading_again(self) -> bool:
-        """A request waits and no slot is free: give up the oldest slot still being read
-        again (its reply's cells are then read with the conversation's next prompt)."""
-        reading = [s for s in self.slots if s.request_id is None and s.unread]
-        if not reading:
-            return False
-        min(reading, key=lambda s: s.last_used).unread.clear()
-        return True
+    def _read_again(self, slot: Slot, limit: int) -> None:
+        """Read up to `limit` of the slot's unread tokens, alone in one decode."""
+        take = share_budget(0, [len(slot.unread)], limit)[0]  # never leaves one alone
+        if take < 2:  # one token: the next prompt reads it
+            slot.unread.clear()
+            return
+        chunk = slot.unread[:take]
+        pos = len(slot.tokens)
+        for i, token in enumerate(chunk):
+            self._add(i, token, pos + i, slot.index, False)
+        self._batch.n_tokens = take
+        rc = L.llama_decode(self.ctx, self._batch)
+        self.steps += 1
+        if rc != 0:
+            L.llama_memory_seq_rm(self.memory, slot.index, pos, -1)
+            slot.unread.clear()
+            return
+        if slot.n_exact == pos:
+            slot.n_exact += take
+        slot.tokens.extend(chunk)
+        del slot.unread[:take]
+        if len(slot.unread) < 2:
+            slot.unread.clear()
 
     def _release(self, run: SlotRun) -> None:
         self.running.pop(run.request_id, None)
@@ -436,7 +471,7 @@ class BatchRuntime:
             run.slot.request_id = None
             run.slot.last_used = self.clock
             # Its reply (and prompt's last token) were decoded one token a step: read them
-            # again, batched, in the next steps, so they can be reused.
+            # again, batched, once no request runs, so they can be reused.
             tail = self._keep_exact(run.slot)
             run.slot.unread = tail if len(tail) > 1 else []
 
@@ -449,27 +484,31 @@ class BatchRuntime:
             outputs.append(StepOutput(run, finish="cancelled"))
         self._admit(outputs)
         runs = list(self.running.values())
+        if not runs:
+            # Finished replies' cells are read again only in steps of their own: in a
+            # request's step they would turn its one-token decodes into multi-token ones,
+            # and its reply would no longer be the single-stream engine's.
+            slot = next((s for s in self.slots if s.unread), None)
+            if slot is not None:
+                self._read_again(slot, REREAD_STEP_TOKENS)
+            return outputs
         decoding = [r for r in runs if len(r.feed) == 1]
         prefilling = [r for r in runs if len(r.feed) > 1]
         # A prompt's last token is read alone, like a generated one: the single-stream
         # engine does the same, so a lone request decodes exactly as it would there.
-        # Finished replies' cells are read again with what is left of the budget.
-        rereading = [s for s in self.slots if s.unread]
-        wants = [len(r.feed) - 1 for r in prefilling] + [len(s.unread) for s in rereading]
-        shares = share_budget(len(decoding), wants, self.n_batch)
+        shares = share_budget(len(decoding), [len(r.feed) - 1 for r in prefilling], self.n_batch)
         batch, n = self._batch, 0
         for run in decoding:
             run.batch_index = n
             n = self._add(n, run.feed[0], len(run.slot.tokens), run.slot.index, True)
-        chunks: list[tuple[Slot, list[int], list[int]]] = []  # slot, chunk, list it is from
-        sources = [(r.slot, r.feed) for r in prefilling] + [(s, s.unread) for s in rereading]
-        for (slot, source), share in zip(sources, shares, strict=True):
+        chunks: list[tuple[SlotRun, list[int]]] = []
+        for run, share in zip(prefilling, shares, strict=True):
             if share:
-                chunk = source[:share]
-                chunks.append((slot, chunk, source))
-                pos = len(slot.tokens)
+                chunk = run.feed[:share]
+                chunks.append((run, chunk))
+                pos = len(run.slot.tokens)
                 for i, token in enumerate(chunk):
-                    n = self._add(n, token, pos + i, slot.index, False)
+                    n = self._add(n, token, pos + i, run.slot.index, False)
         if n == 0:
             return outputs
         batch.n_tokens = n
@@ -477,20 +516,18 @@ class BatchRuntime:
         self.steps += 1
         if rc != 0:
             error = EngineError(f"llama_decode failed ({rc}) with {len(runs)} streams")
-            for slot in rereading:
-                L.llama_memory_seq_rm(self.memory, slot.index, len(slot.tokens), -1)
-                slot.unread.clear()
             for run in runs:  # drop what this step may have written
                 L.llama_memory_seq_rm(self.memory, run.slot.index, len(run.slot.tokens), -1)
                 self._release(run)
                 outputs.append(StepOutput(run, finish="error", error=error))
             return outputs
         now = time.perf_counter()
-        for slot, chunk, source in chunks:
+        for run, chunk in chunks:
+            slot = run.slot
             if len(chunk) > 1 and slot.n_exact == len(slot.tokens):
-                slot.n_exact += len(chunk)
+                slot.n_exact += len(chunk)  # a multi-token decode: what a cold read makes
             slot.tokens.extend(chunk)
-            del source[: len(chunk)]
+            del run.feed[: len(chunk)]
         for run in decoding:
             run.slot.tokens.append(run.feed.pop())
             outputs.append(self._sample(run, now))

@@ -9,8 +9,8 @@ conversation state cache before another request overwrites them.
 Cells are reused only where a cold read would have made the same ones: on the CPU, llama.cpp's
 one-token decode rounds differently from a multi-token one, while multi-token decodes agree
 however a prompt is cut (see runtime.LlamaRuntime.eval_prompt). So a finished reply's cells
-(decoded one token a step) are read again, batched, before its slot is free ("unread"), and
-no prompt chunk is a single token where that can be helped.
+(decoded one token a step) are read again, batched, while no request runs ("unread"), and no
+prompt chunk is a single token where that can be helped.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ class Slot:
     clock when it was last freed (older slots are given up first). `conversation`: whose
     tokens it holds (the key its state is saved under; None: nobody's). `n_exact`: leading
     cells made by multi-token decodes. `unread`: tokens whose cells were dropped to be read
-    again, batched, after `tokens` (the slot is not free meanwhile)."""
+    again, batched, after `tokens` (a request that takes the slot meanwhile reads them with
+    its prompt if it shares them)."""
 
     index: int
     tokens: list[int] = field(default_factory=list)
@@ -38,7 +39,7 @@ class Slot:
 
     @property
     def free(self) -> bool:
-        return self.request_id is None and not self.unread
+        return self.request_id is None
 
 
 @dataclass(frozen=True)

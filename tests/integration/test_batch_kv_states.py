@@ -94,6 +94,26 @@ def test_a_conversation_pushed_out_of_its_slot_is_restored_not_read_again(pushed
     assert pushed_out.second.text == cold.text and cold.text
 
 
+def test_a_conversation_continued_in_its_slot_reuses_its_reply_and_answers_as_a_cold_read(
+    pushed_out, cold, tmp_path
+):
+    # No state cache: the slot alone. Its reply, decoded a token a step, was read again
+    # batched before the next turn, so the turn reuses it and still equals a cold read.
+    params = replace(pushed_out.params, kv_disk_dir=str(tmp_path),
+                     kv_ram_budget_mb=0, kv_disk_budget_mb=0)  # fmt: skip
+    key = uuid.uuid4().hex
+    with BatchEngineClient(2) as client:
+        client.load(params)
+        first = ask(client, key, [ChatMessage("user", QUESTION)])
+        second = ask(client, key, pushed_out.turn_two)
+    assert first.text == pushed_out.first.text
+    assert second.metrics.restored_from is None
+    assert second.metrics.cached_tokens >= (
+        first.metrics.prompt_tokens + first.metrics.generated_tokens - 4
+    )
+    assert second.text == cold.text
+
+
 def test_the_state_file_written_at_close_is_restored_by_a_fresh_engine(pushed_out, cold, tmp_path):
     params = copy_dir(pushed_out, tmp_path / "kv")
     assert len(state_files(tmp_path / "kv", pushed_out.key)) == 1

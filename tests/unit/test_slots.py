@@ -48,11 +48,12 @@ def test_no_prompt_chunk_is_a_single_token_where_one_more_can_be_read():
     assert share_budget(0, [5], 1) == [1]  # unless there never is more
 
 
-def test_a_slot_reading_a_reply_again_is_not_free():
-    slots = [Slot(0, [1, 2], unread=[3, 4]), Slot(1, [1], last_used=4), Slot(2, last_used=9)]
-    assert choose_slot(slots, [1, 2, 3, 4, 5]).slot.index == 1
-    assert least_recent(slots).index == 1
-    assert choose_slot(slots[:1], [1, 2]) is None and least_recent(slots[:1]) is None
+def test_a_restored_state_goes_into_the_least_recently_used_free_slot():
+    # A slot whose reply is still to be read again is free: its prompt reads what it shares.
+    slots = [Slot(0, [1], last_used=3, unread=[2, 3]), Slot(1, last_used=5),
+             Slot(2, last_used=1, request_id=4)]  # fmt: skip
+    assert least_recent(slots).index == 0
+    assert least_recent([Slot(0, request_id=1)]) is None
 
 
 def test_among_slots_sharing_nothing_the_least_recently_used_is_given_up():
