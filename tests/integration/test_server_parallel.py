@@ -227,6 +227,26 @@ def test_each_slot_samples_with_its_own_settings(server):
 
 EIGHT = (*PROMPTS, "Name a planet.", "What is two plus two?", "Name a musical instrument.",
          "What do bees make?")  # fmt: skip
+NEAR_TIE = 0.05  # nats between the greedy token and the runner-up: batch order may flip it
+
+
+def sure_prefix(server, prompt: str, tokens: int = 8) -> tuple[str, int]:
+    """The prompt's first `tokens` greedy tokens alone, up to the first near tie: their text
+    and how many. Batched decoding sums the same logits in another order (llama.cpp is not
+    batch-invariant), so only a greedy choice with a margin must come out the same."""
+    body = {"model": MODEL, "messages": ask(prompt), "temperature": 0, "max_tokens": tokens,
+            "ignore_eos": True, "logprobs": True, "top_logprobs": 2}  # fmt: skip
+    reply = httpx2.post(server.v1 + "/chat/completions", json=body, headers=AUTH, timeout=600)
+    content = reply.json()["choices"][0]["logprobs"]["content"]
+    assert len(content) == tokens
+    text, sure = "", 0
+    for entry in content:
+        top = sorted((t["logprob"] for t in entry["top_logprobs"]), reverse=True)
+        if len(top) > 1 and top[0] - top[1] < NEAR_TIE:
+            break
+        text += entry["token"]
+        sure += 1
+    return text, sure
 
 
 def test_eight_concurrent_streams_all_complete_each_answering_its_own_prompt(
@@ -235,13 +255,13 @@ def test_eight_concurrent_streams_all_complete_each_answering_its_own_prompt(
     home = tmp_path / "eight"
     home.mkdir()
     with running_server(home, session_home, "--api-key", API_KEY, "--parallel", "8") as srv:
-        # Each prompt's first 8 tokens alone (a reply of exactly 8 tokens, greedy).
-        alone = [stream_chat(srv, ask(p), max_tokens=8, ignore_eos=True) for p in EIGHT]
-        assert all(a.usage["completion_tokens"] == 8 for a in alone)
+        alone = [sure_prefix(srv, p) for p in EIGHT]
         together = run_at_once([lambda p=p: stream_chat(srv, ask(p), max_tokens=24,
                                                         ignore_eos=True)
                                 for p in EIGHT])  # fmt: skip
     assert max(s.first for s in together) < min(s.end for s in together)  # decoded together
-    for reply, own in zip(together, alone, strict=True):
+    # Most greedy choices are not near ties: the comparison below is not empty.
+    assert sum(n for _text, n in alone) >= 40, alone
+    for reply, (own, _n) in zip(together, alone, strict=True):
         assert reply.usage["completion_tokens"] == 24 and reply.finish == "length"
-        assert reply.text.startswith(own.text), (reply.text, own.text)
+        assert reply.text.startswith(own), (reply.text, own)
