@@ -11,7 +11,8 @@ shared and noisy: read the ratios). Prints one JSON object.
 Output: {"models": {file name: {keys below}}, "n_threads", "tokens", "rounds", "cpu_count",
 "load_avg_1m": [at the start, at the end]}. Every stream decodes a greedy reply of --tokens
 tokens to its own prompt (ignore_eos where the server has it); speeds are medians over the
-rounds and ratios medians of the ratios within each round. Keys per model:
+rounds and ratios medians of the ratios within each round. Each measurement starts once the
+server's engine is idle (it reads finished replies again in the background). Keys per model:
   agg_tps_N            N concurrent streams through POST /v1/chat/completions (stream=true) of
                        `deskllm serve --parallel 8`: Σ(tokens - 1) / (last end - first text)
   raw_batched_tps_N    a plain loop on the C API in this process, what llama-batched-bench
@@ -37,6 +38,7 @@ rounds and ratios medians of the ratios within each round. Keys per model:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -137,6 +139,34 @@ def stop(process: subprocess.Popen | None) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def settle(process: subprocess.Popen, timeout_s: float = 15.0) -> None:
+    """Wait until a server and its engine are idle: after a reply the batched engine reads it
+    again in the background (its cells then equal a cold read), and that work must not fall
+    into the next measurement, whichever path it times."""
+    import psutil
+
+    try:
+        tree = [psutil.Process(process.pid)]
+        tree += tree[0].children(recursive=True)
+    except psutil.NoSuchProcess:
+        return
+
+    def cpu_s() -> float:
+        total = 0.0
+        for p in tree:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                t = p.cpu_times()
+                total += t.user + t.system
+        return total
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        before = cpu_s()
+        time.sleep(0.25)
+        if cpu_s() - before < 0.025:  # under 10% of one core
+            return
 
 
 # Clients ------------------------------------------------------------------------------------
@@ -365,7 +395,9 @@ def measure(model_path: str, args: argparse.Namespace, counts: list[int]) -> dic
             bench_tg(client, 8)
             for _ in range(args.rounds):
                 for k in counts:  # interleaved: load on the machine hits both paths alike
+                    settle(served)
                     samples["agg"][k].append(served_agg(url, k, args.tokens))
+                    settle(served)
                     samples["raw"][k].append(raw.run(prompts[:k], args.tokens))
                 samples["peer_1"].append(aggregate(concurrent(peer_url, 1, args.tokens)))
                 runs = concurrent(peer_url, PEER_STREAMS, args.tokens)
@@ -374,20 +406,29 @@ def measure(model_path: str, args: argparse.Namespace, counts: list[int]) -> dic
                     sum(1 for r in runs if r.get("finished") and r.get("tokens", 0) > 0)
                 )
                 samples["peer_stream_tps_4"].append([one_stream_tps(r) for r in runs])
-                samples["bench_tg"].append(max(bench_tg(client, args.tg_tokens)
-                                               for _ in range(REPEATS)))  # fmt: skip
-                samples["api_tg"].append(max(api_tg(url, args.tg_tokens) for _ in range(REPEATS)))
+                bench, api = [], []
+                for _ in range(REPEATS):  # alternated, each after the server went idle
+                    settle(served)
+                    bench.append(bench_tg(client, args.tg_tokens))
+                    settle(served)
+                    api.append(api_tg(url, args.tg_tokens))
+                samples["bench_tg"].append(max(bench))
+                samples["api_tg"].append(max(api))
         stop(peer)  # idle, but the TTFT figures need nothing else in memory's way
         peer = None
+        settle(served)
         idle = ttft(url, args.ttft_samples, 0)
+        settle(served)
         busy = ttft(url, args.ttft_samples, BUSY_STREAMS)
     finally:
         stop(served)
         stop(peer)
         raw.close()
 
-    def ratio(a: list[float], b: list[float]) -> float:
-        return statistics.median(x / y for x, y in zip(a, b, strict=True))
+    def ratio(a: list[float], b: list[float]) -> float | None:
+        """Median of the per-round ratios; None where b got nothing (a peer's empty replies)."""
+        pairs = [(x, y) for x, y in zip(a, b, strict=True) if y > 0]
+        return statistics.median(x / y for x, y in pairs) if pairs else None
 
     med = statistics.median
     result: dict = {"path": model_path}
@@ -440,6 +481,7 @@ def main() -> int:
     for name in names:
         path = resolve_model(library, name)
         models[Path(path).name] = measure(path, args, counts)
+        print(json.dumps({Path(path).name: models[Path(path).name]}), file=sys.stderr)  # kept
     result = {
         "models": models, "n_threads": args.threads, "tokens": args.tokens,
         "tg_tokens": args.tg_tokens, "rounds": args.rounds, "cpu_count": os.cpu_count(),
