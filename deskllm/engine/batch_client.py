@@ -134,7 +134,10 @@ class BatchEngineClient:
         hung = False
         last_seen = time.monotonic()
         while True:
-            ready = wait([conn, process.sentinel], timeout=1.0)
+            try:
+                ready = wait([conn, process.sentinel], timeout=1.0)
+            except (OSError, ValueError):  # the client closed the pipe (close, a new load)
+                break
             now = time.monotonic()
             if not ready:
                 with self._lock:
@@ -148,11 +151,11 @@ class BatchEngineClient:
                 if not owed:
                     last_seen = now
                 continue
-            if conn not in ready and not conn.poll(0):
-                break
             try:
+                if conn not in ready and not conn.poll(0):
+                    break
                 event = conn.recv()
-            except (EOFError, OSError):
+            except (EOFError, OSError, ValueError):
                 break
             last_seen = now
             if isinstance(event, StepEvents):
