@@ -476,7 +476,7 @@ class MainWindow(QMainWindow):
         if server is None:
             return
         snap = server.snapshot()
-        in_use = min(snap.running + int(self.bridge.streaming), snap.slots)
+        in_use = snap.slots_in_use(self.bridge.streaming)
         last = snap.replies[-1] if snap.replies else None
         speed = f" · last {last.tg_tps:.0f} tok/s" if last and last.tg_tps else ""
         self.server_status.setText(f"API {snap.url} · {snap.running} running, {snap.waiting} "

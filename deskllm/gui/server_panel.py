@@ -202,7 +202,7 @@ class ServerPanel(QDialog):
         if server is None:
             return
         snap = server.snapshot()
-        in_use = min(snap.running + int(self.bridge.streaming), snap.slots)
+        in_use = snap.slots_in_use(self.bridge.streaming)
         mine = " (one is this window's chat)" if self.bridge.streaming else ""
         self.load.setText(f"Requests in flight: {snap.running} answering, {snap.waiting} "
                           f"waiting · slots in use: {in_use} of {snap.slots}{mine}")  # fmt: skip

@@ -16,15 +16,13 @@ import logging
 import threading
 from dataclasses import dataclass
 
-import uvicorn
-
 from deskllm.engine.batch_client import BatchEngineClient
 from deskllm.engine.protocol import Loaded
 from deskllm.server.app import create_app
 from deskllm.server.config import ServerConfig
 from deskllm.server.metrics import ReplyRecord, ServerMetrics
 from deskllm.server.model_host import ModelHost
-from deskllm.server.runner import MAX_CONNECTIONS
+from deskllm.server.runner import uvicorn_server
 
 log = logging.getLogger("deskllm.server")
 
@@ -43,6 +41,10 @@ class ServerSnapshot:
     running: int  # API requests the engine is answering
     waiting: int  # API requests queued for a slot
     replies: list[ReplyRecord]
+
+    def slots_in_use(self, window_streaming: bool) -> int:
+        """API requests answering, and the window's own reply when one streams."""
+        return min(self.running + int(window_streaming), self.slots)
 
 
 class EmbeddedServer:
@@ -63,16 +65,7 @@ class EmbeddedServer:
         self.host.serve_loaded(loaded)
         app = create_app(self.host, config, load_on_start=False)
         self.metrics: ServerMetrics = app.state.metrics
-        self._server = uvicorn.Server(
-            uvicorn.Config(
-                app,
-                host=config.host,
-                port=config.port,
-                log_level="warning",
-                limit_concurrency=MAX_CONNECTIONS,
-                timeout_graceful_shutdown=3,
-            )
-        )
+        self._server = uvicorn_server(app, config, graceful_s=3)
         self._thread: threading.Thread | None = None
         self._failure: str | None = None
 

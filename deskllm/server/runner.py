@@ -14,19 +14,25 @@ from deskllm.server.model_host import ModelHost
 MAX_CONNECTIONS = 64  # more open connections get 503 from uvicorn: a bounded server
 
 
-def serve(host: ModelHost, config: ServerConfig) -> int:
-    """Serve until stopped: 0, or 1 when the model could not be loaded."""
-    app = create_app(host, config)
-    server = uvicorn.Server(
+def uvicorn_server(app, config: ServerConfig, graceful_s: float) -> uvicorn.Server:
+    """uvicorn serving `app` at `config`'s address, bounded, waiting `graceful_s` for open
+    connections when stopped (`deskllm serve` and the window's server alike)."""
+    return uvicorn.Server(
         uvicorn.Config(
             app,
             host=config.host,
             port=config.port,
             log_level="warning",
             limit_concurrency=MAX_CONNECTIONS,
-            timeout_graceful_shutdown=5,
+            timeout_graceful_shutdown=graceful_s,
         )
     )
+
+
+def serve(host: ModelHost, config: ServerConfig) -> int:
+    """Serve until stopped: 0, or 1 when the model could not be loaded."""
+    app = create_app(host, config)
+    server = uvicorn_server(app, config, graceful_s=5)
 
     def loaded() -> None:
         host.loaded_event.wait()
