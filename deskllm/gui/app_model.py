@@ -24,6 +24,7 @@ class AppModel:
         self._loaded_path = loaded_path
         self._load = load
         self.held: str | None = None  # the model freed, to be loaded again
+        self.held_server: tuple[object, int] | None = None  # (config, slots) it served with
 
     @property
     def loaded(self) -> str | None:
@@ -42,6 +43,8 @@ class AppModel:
             then()
             return
         self.held = path
+        server = self.bridge.server
+        self.held_server = (server.config, server.slots) if server is not None else None
 
         def freed() -> None:
             self.bridge.unloaded.disconnect(freed)
@@ -51,7 +54,18 @@ class AppModel:
         self.bridge.unload()
 
     def restore(self) -> None:
-        """Load the freed model again, unless the user loaded one in the meantime."""
+        """Load the freed model again, unless the user loaded one in the meantime; where the
+        API server served it, start the server again as it was once the model is back."""
         path, self.held = self.held, None
-        if path is not None and self._loaded_path() is None:
-            self._load(path)
+        server, self.held_server = self.held_server, None
+        if path is None or self._loaded_path() is not None:
+            return
+        if server is not None:
+            config, slots = server
+
+            def back(_loaded) -> None:
+                self.bridge.loaded.disconnect(back)
+                self.bridge.start_serving(config, slots)
+
+            self.bridge.loaded.connect(back)
+        self._load(path)

@@ -138,8 +138,8 @@ class BenchSuiteDialog(QDialog):
             answer = QMessageBox.question(
                 self, "Benchmark",
                 "The local API server is serving the loaded model. The benchmark unloads it, "
-                "which stops the server; start it again in Engine → Local API server… after "
-                "the benchmark.\n\nRun the benchmark?",
+                "which stops the server while it runs; the model and the server come back "
+                "after it.\n\nRun the benchmark?",
                 QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
                 QMessageBox.StandardButton.No,
             )  # fmt: skip

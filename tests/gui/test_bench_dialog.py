@@ -150,6 +150,10 @@ def test_a_model_the_api_server_serves_is_unloaded_only_when_the_user_agrees(
     assert stopped.args[0] is None and window.bridge.server is None
     qtbot.waitUntil(lambda: not dialog.running, timeout=60_000)
     qtbot.waitUntil(lambda: window.loaded_path == str(starter_model), timeout=120_000)
+    # The model is back, and so is the server, at the same address with the same slots.
+    qtbot.waitUntil(lambda: window.bridge.server is not None, timeout=120_000)
+    assert window.bridge.server.url == serving.args[0].url
+    assert window.bridge.server.slots == 1
 
 
 def test_without_the_main_window_nothing_is_unloaded_and_nothing_said(dialog):
