@@ -25,12 +25,10 @@ from collections.abc import Callable, Iterator
 from multiprocessing.connection import wait
 from pathlib import Path
 
-from deskllm import paths
 from deskllm.engine.batch_protocol import BatchLoad, CancelRequest, StepEvents
-from deskllm.engine.client import CRASH_LIMIT, HANG_TIMEOUT_S, exit_reason
+from deskllm.engine.client import CRASH_LIMIT, HANG_TIMEOUT_S, delete_saved_states, exit_reason
 from deskllm.engine.device_env import device_env
 from deskllm.engine.errors import EngineError, ErrorKind
-from deskllm.engine.kv_cache import delete_conversation_states
 from deskllm.engine.protocol import (
     Chat,
     ChatMessage,
@@ -339,9 +337,7 @@ class BatchEngineClient:
             with contextlib.suppress(OSError, ValueError):
                 self._send(Forget(conversation_id))
                 return
-        kv_dir = self.params.kv_disk_dir if self.params and self.params.kv_disk_dir else None
-        delete_conversation_states(Path(kv_dir) if kv_dir else paths.kv_cache_dir(),
-                                   conversation_id)  # fmt: skip
+        delete_saved_states(self.params, conversation_id)
 
     def kill(self) -> None:
         """End the engine process now (every open reply gets Exited)."""

@@ -63,6 +63,13 @@ _SIGNAL_WORDS = {
 }
 
 
+def delete_saved_states(params: LoadParams | None, conversation_id: str) -> None:
+    """Delete a conversation's KV state files where `params` keeps them (the default folder
+    without params): what forget does when no engine runs to do it."""
+    kv_dir = params.kv_disk_dir if params and params.kv_disk_dir else None
+    delete_conversation_states(Path(kv_dir) if kv_dir else paths.kv_cache_dir(), conversation_id)
+
+
 def exit_reason(exitcode: int | None) -> str:
     if exitcode is None:
         return "the engine stopped answering"
@@ -310,9 +317,7 @@ class EngineClient:
             with contextlib.suppress(OSError, ValueError):
                 self._send(Forget(conversation_id))
                 return
-        kv_dir = self.params.kv_disk_dir if self.params and self.params.kv_disk_dir else None
-        delete_conversation_states(Path(kv_dir) if kv_dir else paths.kv_cache_dir(),
-                                   conversation_id)  # fmt: skip
+        delete_saved_states(self.params, conversation_id)
 
     def status(self) -> StatusReport | None:
         if self._process is None or not self._process.is_alive():
