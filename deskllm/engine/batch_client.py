@@ -6,10 +6,13 @@ replies at once. Qt-free and thread-safe: any thread may read its own Reply whil
     replies = [client.chat("api", messages_i, sampling) for ...]   # each read in its thread
 
 A reader thread takes every event off the pipe (one step's events come as one message) and
-hands it to the Reply whose request id it carries. When the worker dies (crash, kill, out of
-memory) or stops answering for `hang_timeout_s` while it owes events, every open Reply ends
-with Exited, and the next chat starts a fresh worker with the same model (unless it died
-CRASH_LIMIT times in a row).
+hands it to the Reply whose request id it carries. `start()` instead hands a reply's events to
+a callback on that reader thread (the API server's many streams): no thread wakes per reply
+and step, which on a machine with as many cores as engine threads slows every stream.
+
+When the worker dies (crash, kill, out of memory) or stops answering for `hang_timeout_s`
+while it owes events, every open reply ends with Exited, and the next chat starts a fresh
+worker with the same model (unless it died CRASH_LIMIT times in a row).
 """
 
 from __future__ import annotations
@@ -51,6 +54,37 @@ from deskllm.engine.reply import Reply
 log = logging.getLogger("deskllm.engine")
 
 _CONTROL = -1  # the mailbox of events that belong to no reply (load progress, load errors)
+_FINAL = (Done, Error, Exited)
+
+
+class _Sink:
+    """The mailbox of a reply started with start(): events go to its callback, and its last
+    one closes it (Exited from a dead engine included)."""
+
+    def __init__(
+        self,
+        rid: int,
+        on_events: Callable[[list[Event]], None],
+        close: Callable[[int], None],
+    ) -> None:
+        self.rid = rid
+        self.on_events = on_events
+        self.close = close
+        self.closed = False
+
+    def put(self, event: Event) -> None:
+        self.put_many([event])
+
+    def put_many(self, events: list[Event]) -> None:
+        if self.closed:
+            return
+        if isinstance(events[-1], _FINAL):
+            self.closed = True
+            self.close(self.rid)
+        try:
+            self.on_events(events)
+        except Exception:  # a failing callback must not end the reader of every reply
+            log.exception("a reply's event callback failed")
 
 
 class BatchEngineClient:
@@ -120,12 +154,21 @@ class BatchEngineClient:
             entry[0].put(event)
 
     def _deliver_step(self, events: tuple[Event, ...]) -> None:
-        """One step's events, each to its reply, the mailboxes looked up under one lock."""
+        """One step's events, each to its reply, the mailboxes looked up under one lock; a
+        sink gets its reply's events of the step in one call."""
         with self._lock:
             boxes = [self._mailboxes.get(event.request_id) for event in events]
+        sinks: dict[int, tuple[_Sink, list[Event]]] = {}
         for entry, event in zip(boxes, events, strict=True):
-            if entry is not None:
-                entry[0].put(event)
+            if entry is None:
+                continue
+            box = entry[0]
+            if isinstance(box, _Sink):
+                sinks.setdefault(event.request_id, (box, []))[1].append(event)
+            else:
+                box.put(event)
+        for box, its_events in sinks.values():
+            box.put_many(its_events)
 
     def _read_events(self, process, conn) -> None:
         """Hand each event to its reply; on the worker's death, Exited to every open one."""
@@ -255,6 +298,45 @@ class BatchEngineClient:
         request = Chat(request_id, conversation_id, tuple(messages), sampling or Sampling(),
                        continue_reply, drop_old_turns, tools_json, raw_prompt)  # fmt: skip
         return Reply(self._chat_events(request), lambda: self.cancel_request(request_id))
+
+    def start(
+        self,
+        conversation_id: str,
+        messages: list[ChatMessage] | tuple[ChatMessage, ...],
+        sampling: Sampling | None,
+        on_events: Callable[[list[Event]], None],
+        *,
+        tools_json: str | None = None,
+        raw_prompt: str | None = None,
+    ) -> int:
+        """chat(), with the reply's events given to `on_events` as they arrive (each step's
+        in one call, the last one ending with Done, Error or Exited) instead of a Reply to
+        read on a thread of its own. `on_events` runs on the reader thread: it must be quick
+        and never block. May restart a dead engine first (blocking). Returns the request id,
+        for cancel_request()."""
+        rid = next(self._ids)
+        restarted = self._restart_if_needed(rid)
+        if restarted is not None:
+            on_events([restarted])
+            return rid
+        sink = _Sink(rid, on_events, self._drop_mailbox)
+        with self._lock:
+            self._mailboxes[rid] = (sink, self._process)
+        request = Chat(rid, conversation_id, tuple(messages), sampling or Sampling(),
+                       tools_json=tools_json, raw_prompt=raw_prompt)  # fmt: skip
+        if not self._process.is_alive():  # died since: its reader may have passed us by
+            sink.put(Exited(exit_reason(self._process.exitcode), self._process.exitcode, rid))
+            return rid
+        with contextlib.suppress(OSError, ValueError):  # a broken pipe: Exited follows
+            self._send(request)
+            if rid in self._cancelled:  # stopped before it was sent: stop it now
+                self._send(CancelRequest(rid))
+        return rid
+
+    def _drop_mailbox(self, rid: int) -> None:
+        with self._lock:
+            self._mailboxes.pop(rid, None)
+        self._cancelled.discard(rid)
 
     def embed(self, texts: list[str] | tuple[str, ...]) -> Embeddings:
         """Pooled, unit-length embeddings of `texts`, made between two steps of the running

@@ -78,7 +78,8 @@ class Job:
         self.loop = loop
         self.queued_at = time.monotonic()
         self.started_at: float | None = None
-        self.reply: Reply | None = None
+        self.reply: Reply | None = None  # the single-stream queue's
+        self.request_id: int | None = None  # the batched queue's
         self.cancel_requested = False
         self._events: asyncio.Queue[Event | None] = asyncio.Queue()
 
@@ -86,6 +87,15 @@ class Job:
         """From the worker thread; a loop that has closed (server shutdown) drops it."""
         with contextlib.suppress(RuntimeError):
             self.loop.call_soon_threadsafe(self._events.put_nowait, event)
+
+    def push_many(self, events: list[Event]) -> None:
+        """push() for several events: the loop wakes once for them."""
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(self._put_all, events)
+
+    def _put_all(self, events: list[Event]) -> None:
+        for event in events:
+            self._events.put_nowait(event)
 
     async def get(self) -> Event | None:
         """The next event; None once the job has ended. Safe to cancel (a timeout)."""

@@ -126,3 +126,57 @@ def test_one_step_sends_every_running_replys_events_in_one_message(batch, monkey
                for step in steps)  # fmt: skip
     texts = ["".join(e.text for e in ev if isinstance(e, TextDelta)) for _t, ev in readers]
     assert [r.text for r in replies] == texts
+
+
+class Recorder:
+    """A start() callback: every call's events and the thread it ran on."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, list]] = []
+        self.ended = threading.Event()
+
+    def __call__(self, events: list) -> None:
+        self.calls.append((threading.current_thread().name, list(events)))
+        if isinstance(events[-1], Done | Exited):
+            self.ended.set()
+
+    @property
+    def events(self) -> list:
+        return [e for _name, events in self.calls for e in events]
+
+
+def test_started_replies_get_their_events_on_the_reader_thread_step_by_step(batch):
+    short = Sampling(temperature=0, max_tokens=24, ignore_eos=True)
+    questions = ("Tell a story.", "Name colours.")
+    recorders = [Recorder() for _ in questions]
+    rids = [batch.start("cb", user(q), short, r) for q, r in zip(questions, recorders, strict=True)]
+    for recorder in recorders:
+        assert recorder.ended.wait(120)
+    for rid, recorder in zip(rids, recorders, strict=True):
+        assert {name for name, _ev in recorder.calls} == {"deskllm-batch-events"}
+        assert all(e.request_id == rid for e in recorder.events)
+        done = recorder.events[-1]
+        assert isinstance(done, Done) and done.finish_reason == "length"
+        assert done.text == "".join(e.text for e in recorder.events if isinstance(e, TextDelta))
+        assert rid not in batch._mailboxes  # its last event closed it
+    # The same replies as read through chat() (greedy, each alone).
+    alone = [batch.chat("cb", user(q), short).wait().text for q in questions]
+    assert [r.events[-1].text for r in recorders] == alone
+
+
+def test_a_started_reply_is_cancelled_by_id_and_ends_with_exited_when_the_engine_dies(batch):
+    cancelled, killed = Recorder(), Recorder()
+    rid = batch.start("cb", user("Tell a story."), ENDLESS, cancelled)
+    batch.start("cb", user("Name colours."), ENDLESS, killed)
+    assert wait_for(lambda: first_text(cancelled.events) and first_text(killed.events), 120)
+    batch.cancel_request(rid)
+    assert cancelled.ended.wait(60)
+    done = cancelled.events[-1]
+    assert isinstance(done, Done) and done.finish_reason == "cancelled"
+    assert not killed.ended.is_set()  # the other reply goes on
+    batch.kill()
+    assert killed.ended.wait(60)
+    assert isinstance(killed.events[-1], Exited) and "SIGKILL" in killed.events[-1].reason
+    again = Recorder()
+    batch.start("cb", user("What is 2 + 2?"), Sampling(temperature=0, max_tokens=8), again)
+    assert again.ended.wait(120) and isinstance(again.events[-1], Done)  # a fresh engine
