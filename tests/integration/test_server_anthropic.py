@@ -109,10 +109,11 @@ def test_errors_are_the_sdks_own_exception_types(server, client, model):
     assert "no-such-model" in missing.value.body["error"]["message"]
     with pytest.raises(anthropic.BadRequestError) as tools:
         client.messages.create(
-            model=model, messages=say("Hi"), max_tokens=4,
-            tools=[{"name": "t", "input_schema": {"type": "object"}}],
+            model=model, messages=say("Hi"), max_tokens=4, tools=[WEATHER],
+            tool_choice={"type": "tool", "name": "no_such_tool"},
         )  # fmt: skip
     assert tools.value.body["error"]["type"] == "invalid_request_error"
+    assert "no_such_tool" in tools.value.body["error"]["message"]
 
 
 def test_a_request_without_max_tokens_is_refused_in_anthropics_shape(server, model):
@@ -123,3 +124,72 @@ def test_a_request_without_max_tokens_is_refused_in_anthropics_shape(server, mod
     assert body["type"] == "error"
     assert body["error"]["type"] == "invalid_request_error"
     assert "max_tokens" in body["error"]["message"]
+
+
+WEATHER = {
+    "name": "get_weather",
+    "description": "The weather in a city now.",
+    "input_schema": {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 30}},
+        "required": ["city"],
+    },
+}
+TIME = {
+    "name": "get_time",
+    "description": "The time in a time zone.",
+    "input_schema": {"type": "object", "properties": {"zone": {"type": "string", "maxLength": 30}},
+                     "required": ["zone"]},
+}  # fmt: skip
+ASK = say("What is the weather in Paris?")
+TOOL_GREEDY = {"max_tokens": 60, "extra_body": {"temperature": 0}}
+
+
+def test_a_named_tool_choice_answers_with_a_tool_use_block(client, model):
+    message = client.messages.create(
+        model=model, messages=ASK, tools=[WEATHER, TIME],
+        tool_choice={"type": "tool", "name": "get_weather"}, **TOOL_GREEDY,
+    )  # fmt: skip
+    assert message.stop_reason == "tool_use"
+    [use] = [b for b in message.content if b.type == "tool_use"]
+    assert isinstance(use, anthropic.types.ToolUseBlock)
+    assert use.name == "get_weather" and use.id.startswith("toolu_")
+    assert isinstance(use.input["city"], str)  # the schema's, by grammar
+
+
+def test_any_tool_choice_calls_one_of_the_tools_and_streams_it_whole(client, model):
+    kwargs = dict(model=model, messages=ASK, tools=[WEATHER, TIME], tool_choice={"type": "any"},
+                  **TOOL_GREEDY)  # fmt: skip
+    created = client.messages.create(**kwargs)
+    with client.messages.stream(**kwargs) as stream:
+        kinds = [(e.type, getattr(getattr(e, "delta", None), "type", None)) for e in stream]
+        streamed = stream.get_final_message()
+    assert created.stop_reason == streamed.stop_reason == "tool_use"
+    [made] = [b for b in created.content if b.type == "tool_use"]
+    [got] = [b for b in streamed.content if b.type == "tool_use"]
+    assert made.name == got.name and made.name in ("get_weather", "get_time")
+    assert made.input == got.input  # the SDK put the streamed input_json_delta together
+    assert ("content_block_delta", "input_json_delta") in kinds
+
+
+def test_a_tool_result_goes_back_to_the_model(client, model):
+    call = client.messages.create(
+        model=model, messages=ASK, tools=[WEATHER],
+        tool_choice={"type": "tool", "name": "get_weather"}, **TOOL_GREEDY,
+    )  # fmt: skip
+    [use] = [b for b in call.content if b.type == "tool_use"]
+    turns = ASK + [
+        {"role": "assistant", "content": [b.model_dump() for b in call.content]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id,
+                                      "content": "Sunny, 24 degrees Celsius."}]},
+    ]  # fmt: skip
+    answer = client.messages.create(model=model, messages=turns, tools=[WEATHER],
+                                    tool_choice={"type": "none"}, **TOOL_GREEDY)  # fmt: skip
+    assert answer.stop_reason in ("end_turn", "max_tokens")
+    [block] = answer.content
+    assert block.type == "text" and block.text.strip()
+    # The call and its result are in the prompt: it is longer than the question alone.
+    alone = client.messages.create(model=model, messages=ASK, tools=[WEATHER],
+                                   tool_choice={"type": "none"}, **TOOL_GREEDY)  # fmt: skip
+    read = lambda m: m.usage.input_tokens + (m.usage.cache_read_input_tokens or 0)  # noqa: E731
+    assert read(answer) > read(alone) + 10

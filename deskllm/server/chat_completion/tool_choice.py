@@ -33,27 +33,44 @@ def plan_tools(req: ChatCompletionRequest) -> ToolPlan:
         if choice not in (None, "none"):
             raise errors.bad_request("tool_choice needs tools.", param="tool_choice")
         return NO_TOOLS
-    functions = {t.function.name: t.function for t in req.tools}
-    if len(functions) < len(req.tools):
+    params = parameters(req)
+    if len(params) < len(req.tools):
         raise errors.bad_request("Two tools have the same name.", param="tools")
     if choice == "none":
         return NO_TOOLS
     tools_json = json.dumps([t.model_dump(exclude_none=True, by_alias=True) for t in req.tools])
-    names = frozenset(functions)
     if choice in (None, "auto"):
-        return ToolPlan(tools_json, names, None, True)
+        return tool_plan(tools_json, params)
     if req.response_format is not None and req.response_format.type != "text":
         raise errors.bad_request("tool_choice required or a named function cannot be combined "
                                  "with response_format.", param="response_format")  # fmt: skip
     if choice == "required":
-        chosen = list(functions)
-    else:
-        name = choice.function.name
-        if name not in functions:
-            raise errors.bad_request(f"tool_choice names {name!r}, which is not in tools.",
-                                     param="tool_choice")  # fmt: skip
-        chosen = [name]
-    schemas = [call_schema(name, functions[name].parameters) for name in chosen]
+        return tool_plan(tools_json, params, required=True)
+    return tool_plan(tools_json, params, name=choice.function.name)
+
+
+def parameters(req: ChatCompletionRequest) -> dict[str, dict | None]:
+    return {t.function.name: t.function.parameters for t in req.tools or ()}
+
+
+def tool_plan(
+    tools_json: str,
+    parameters: dict[str, dict | None],
+    *,
+    required: bool = False,
+    name: str | None = None,
+) -> ToolPlan:
+    """Tools in the prompt and calls read from the reply. `required`, or a function's `name`:
+    the reply must be a call (to any of the tools, or to that one), which the engine enforces
+    with the call's JSON schema. Both APIs' tool choices come to this. Raises ApiError (400)
+    for a name not in `parameters`."""
+    if name is not None and name not in parameters:
+        raise errors.bad_request(f"tool_choice names {name!r}, which is not in tools.",
+                                 param="tool_choice")  # fmt: skip
+    if not required and name is None:
+        return ToolPlan(tools_json, frozenset(parameters), None, True)
+    chosen = [name] if name is not None else list(parameters)
+    schemas = [call_schema(n, parameters[n]) for n in chosen]
     schema = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
     return ToolPlan(tools_json, frozenset(chosen), json.dumps(schema), True)
 

@@ -18,4 +18,4 @@ async def messages(body: MessagesRequest, request: Request):
     job = serving.admit(body)  # before any byte is sent: errors keep their status
     if body.stream:
         return event_stream(serving.stream(body, job))
-    return await serving.complete(job, request.is_disconnected)
+    return await serving.complete(body, job, request.is_disconnected)

@@ -3,7 +3,7 @@ fields deskllm acts on; others are accepted and ignored)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -15,14 +15,69 @@ class TextBlock(BaseModel):
     text: str
 
 
+class ToolUseBlock(BaseModel):
+    """A call the assistant made: in an answer, and in the assistant turns sent back."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: Literal["tool_use"] = "tool_use"
+    id: str
+    name: str
+    input: dict
+
+
+class ToolResultBlock(BaseModel):
+    """A user turn's answer to one call."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: Literal["tool_result"] = "tool_result"
+    tool_use_id: str
+    content: str | list[TextBlock] = ""
+    is_error: bool = False
+
+    def text(self) -> str:
+        text = (
+            self.content
+            if isinstance(self.content, str)
+            else "".join(block.text for block in self.content)
+        )
+        return f"Error: {text}" if self.is_error else text
+
+
+ContentBlock = Annotated[TextBlock | ToolUseBlock | ToolResultBlock, Field(discriminator="type")]
+
+
 class MessageParam(BaseModel):
     role: Literal["user", "assistant"]
-    content: str | list[TextBlock]
+    content: str | list[ContentBlock]
 
     def text(self) -> str:
         if isinstance(self.content, str):
             return self.content
-        return "".join(block.text for block in self.content)
+        return "".join(block.text for block in self.content if isinstance(block, TextBlock))
+
+    def blocks(self, kind: type) -> list:
+        return (
+            [b for b in self.content if isinstance(b, kind)]
+            if isinstance(self.content, list)
+            else []
+        )
+
+
+class ToolParam(BaseModel):
+    model_config = ConfigDict(extra="allow")  # cache_control: accepted, no effect
+
+    name: str = Field(min_length=1)
+    description: str | None = None
+    input_schema: dict
+
+
+class ToolChoice(BaseModel):
+    model_config = ConfigDict(extra="allow")  # disable_parallel_tool_use: calls are read anyway
+
+    type: Literal["auto", "any", "tool", "none"]
+    name: str | None = None
 
 
 class Metadata(BaseModel):
@@ -44,8 +99,8 @@ class MessagesRequest(BaseModel):
     top_p: float | None = Field(default=None, ge=0.0, le=1.0)
     top_k: int | None = Field(default=None, ge=0, le=2**31 - 1)
     metadata: Metadata | None = None
-    tools: list[dict] | None = None
-    tool_choice: dict | None = None
+    tools: list[ToolParam] | None = None
+    tool_choice: ToolChoice | None = None
 
     def system_text(self) -> str:
         if self.system is None:
@@ -62,14 +117,14 @@ class MessagesUsage(BaseModel):
     cache_creation_input_tokens: int | None = None
 
 
-StopReason = Literal["end_turn", "max_tokens", "stop_sequence"]
+StopReason = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use"]
 
 
 class Message(BaseModel):
     id: str
     type: Literal["message"] = "message"
     role: Literal["assistant"] = "assistant"
-    content: list[TextBlock]
+    content: list[TextBlock | ToolUseBlock]
     model: str
     stop_reason: StopReason | None
     stop_sequence: str | None = None

@@ -1,6 +1,11 @@
 """Anthropic's Messages API on the same engine queue as the OpenAI routes: a request → one
 engine reply → a Message, or its stream of named server-sent events (message_start,
-content_block_start / _delta / _stop, message_delta, message_stop). No HTTP here."""
+content_block_start / _delta / _stop, message_delta, message_stop). No HTTP here.
+
+Tools go the chat completions' way (tool_choice.py, tool_calls.py): the tools are given to the
+chat template as OpenAI functions, calls are read from the model's own format, `any` or a
+named `tool` choice makes the reply a call by grammar. Calls come back as tool_use blocks; a
+user turn's tool_result blocks go to the model as tool messages."""
 
 from __future__ import annotations
 
@@ -11,6 +16,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from deskllm.engine.protocol import ChatMessage, Done, Error, Exited, Metrics, Sampling, TextDelta
 from deskllm.server import errors
+from deskllm.server.chat_completion.tool_calls import (
+    ParsedReply,
+    ToolCallStream,
+    parse_tool_calls,
+)
+from deskllm.server.chat_completion.tool_choice import NO_TOOLS, ToolPlan, tool_plan
 from deskllm.server.engine_queue import ChatRequest, Job
 from deskllm.server.messages.protocol import (
     Message,
@@ -18,13 +29,15 @@ from deskllm.server.messages.protocol import (
     MessagesUsage,
     StopReason,
     TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
 )
 from deskllm.server.model_host import ModelHost
 from deskllm.server.models.serving import check_model, check_ready
 from deskllm.server.replies import conversation_id, engine_error, final_reply, submit, utf8
 
 
-def to_sampling(req: MessagesRequest, n_ctx: int) -> Sampling:
+def to_sampling(req: MessagesRequest, n_ctx: int, plan: ToolPlan = NO_TOOLS) -> Sampling:
     d = Sampling()
     return Sampling(
         temperature=d.temperature if req.temperature is None else req.temperature,
@@ -32,26 +45,84 @@ def to_sampling(req: MessagesRequest, n_ctx: int) -> Sampling:
         top_k=d.top_k if req.top_k is None else req.top_k,
         max_tokens=max(1, min(req.max_tokens, n_ctx)),
         stop=tuple(utf8(s, "stop_sequences") for s in req.stop_sequences or () if s),
+        json_schema=plan.forced_schema,
     )
 
 
 def to_messages(req: MessagesRequest) -> tuple[ChatMessage, ...]:
-    """Anthropic keeps the system prompt out of the turns; the engine takes it as the first."""
+    """Anthropic keeps the system prompt out of the turns; the engine takes it as the first.
+    A user turn's tool results become tool messages before its text; an assistant turn's
+    tool_use blocks, its calls."""
     system = req.system_text()
     turns = [ChatMessage("system", utf8(system, "system"))] if system else []
-    turns += [
-        ChatMessage(m.role, utf8(m.text(), f"messages.{i}.content"))
-        for i, m in enumerate(req.messages)
-    ]
+    for i, m in enumerate(req.messages):
+        where = f"messages.{i}.content"
+        text = utf8(m.text(), where)
+        results, uses = m.blocks(ToolResultBlock), m.blocks(ToolUseBlock)
+        if m.role == "user":
+            if uses:
+                raise errors.bad_request("A user turn cannot hold tool_use blocks.", param=where)
+            turns += [ChatMessage("tool", utf8(r.text(), where), tool_call_id=r.tool_use_id)
+                      for r in results]  # fmt: skip
+            if text or not results:
+                turns.append(ChatMessage("user", text))
+            continue
+        if results:
+            raise errors.bad_request("An assistant turn cannot hold tool_result blocks.",
+                                     param=where)  # fmt: skip
+        calls = [
+            {
+                "id": u.id,
+                "type": "function",
+                "function": {"name": u.name, "arguments": json.dumps(u.input)},
+            }
+            for u in uses
+        ]
+        turns.append(ChatMessage("assistant", text, json.dumps(calls) if calls else None))
     return tuple(turns)
 
 
-def check_supported(req: MessagesRequest) -> None:
-    if req.tools:
-        raise errors.bad_request("Tools are not supported yet.", param="tools")
+def plan_tools(req: MessagesRequest) -> ToolPlan:
+    """Raises ApiError (400) for a tool_choice that cannot be met."""
+    choice = req.tool_choice.type if req.tool_choice else "auto"
+    if not req.tools:
+        if choice not in ("auto", "none"):
+            raise errors.bad_request("tool_choice needs tools.", param="tool_choice")
+        return NO_TOOLS
+    parameters = {t.name: t.input_schema for t in req.tools}
+    if len(parameters) < len(req.tools):
+        raise errors.bad_request("Two tools have the same name.", param="tools")
+    if choice == "none":
+        return NO_TOOLS
+    functions = [{"type": "function", "function": {
+        "name": t.name, "description": t.description or "", "parameters": t.input_schema}}
+        for t in req.tools]  # fmt: skip
+    tools_json = json.dumps(functions)
+    if choice == "auto":
+        return tool_plan(tools_json, parameters)
+    if choice == "any":
+        return tool_plan(tools_json, parameters, required=True)
+    return tool_plan(tools_json, parameters, name=req.tool_choice.name or "")
 
 
-def stop_reason(done: Done) -> StopReason:
+def tool_uses(parsed: ParsedReply) -> list[ToolUseBlock]:
+    """The calls as tool_use blocks; arguments that are not a JSON object are given whole."""
+    blocks = []
+    for call in parsed.calls:
+        try:
+            arguments = json.loads(call.arguments)
+        except json.JSONDecodeError:
+            arguments = None
+        if not isinstance(arguments, dict):
+            arguments = {"arguments": arguments if arguments is not None else call.arguments}
+        blocks.append(ToolUseBlock(id=f"toolu_{uuid.uuid4().hex[:24]}", name=call.name,
+                                   input=arguments))  # fmt: skip
+    return blocks
+
+
+def stop_reason(done: Done, calls: bool = False) -> StopReason:
+    if calls:
+        return "tool_use"
     if done.stop_string is not None:
         return "stop_sequence"
     return "max_tokens" if done.finish_reason in ("length", "context_full") else "end_turn"
@@ -75,44 +146,83 @@ class MessagesServing:
         """Check the request and queue it: raises ApiError (400, 404, 429, 503)."""
         check_ready(self.host)
         check_model(self.host, req.model)
-        check_supported(req)
+        plan = plan_tools(req)
         user = req.metadata.user_id if req.metadata else None
         request = ChatRequest(
-            conversation_id(user), to_messages(req), to_sampling(req, self.host.n_ctx)
+            conversation_id(user),
+            to_messages(req),
+            to_sampling(req, self.host.n_ctx, plan),
+            tools_json=plan.tools_json,
         )
         return submit(self.host, request)
 
-    async def complete(self, job: Job, disconnected: Callable[[], Awaitable[bool]]) -> Message:
+    async def complete(
+        self, req: MessagesRequest, job: Job, disconnected: Callable[[], Awaitable[bool]]
+    ) -> Message:
         done = await final_reply(self.host, job, disconnected)
+        plan = plan_tools(req)
+        parsed = ParsedReply(done.text, ())
+        if plan.parse_calls:
+            parsed = parse_tool_calls(done.text, plan.names)
+        uses = tool_uses(parsed)
+        content: list = [TextBlock(text=parsed.content or "")] if parsed.content or not uses else []
         return Message(
             id=f"msg_{uuid.uuid4().hex}",
-            content=[TextBlock(text=done.text)],
+            content=content + uses,
             model=self.host.model_id,
-            stop_reason=stop_reason(done),
-            stop_sequence=done.stop_string,
+            stop_reason=stop_reason(done, bool(uses)),
+            stop_sequence=None if uses else done.stop_string,
             usage=usage(done.metrics),
         )
 
     async def stream(self, req: MessagesRequest, job: Job) -> AsyncIterator[str]:
         """The event sequence of Anthropic's streaming API; an engine failure mid-stream is an
-        `error` event. Closing the generator (client gone) cancels the reply."""
+        `error` event. Closing the generator (client gone) cancels the reply. With tools,
+        text from where a call may begin is held back; each call is a tool_use block after
+        the text, its input in one input_json_delta."""
         start = Message(
             id=f"msg_{uuid.uuid4().hex}", content=[], model=self.host.model_id,
             stop_reason=None, usage=MessagesUsage(input_tokens=0, output_tokens=0),
         )  # fmt: skip
+        plan = plan_tools(req)
+        calls = ToolCallStream(plan.names, plan.forced) if plan.parse_calls else None
+        text_open, index = False, 0
+
+        def text_delta(text: str) -> str:
+            return _event("content_block_delta",
+                          {"index": 0, "delta": {"type": "text_delta", "text": text}})  # fmt: skip
+
         finished = False
         try:
             yield _event("message_start", {"message": start.model_dump()})
-            yield _event("content_block_start",
-                         {"index": 0, "content_block": {"type": "text", "text": ""}})  # fmt: skip
             async for event in job.stream():
                 if isinstance(event, TextDelta):
-                    delta = {"type": "text_delta", "text": event.text}
-                    yield _event("content_block_delta", {"index": 0, "delta": delta})
+                    text = calls.feed(event.text) if calls is not None else event.text
+                    if text and not text_open:
+                        text_open = True
+                        yield _text_block_start()
+                    if text:
+                        yield text_delta(text)
                 elif isinstance(event, Done):
                     finished = True
-                    yield _event("content_block_stop", {"index": 0})
-                    end = {"stop_reason": stop_reason(event), "stop_sequence": event.stop_string}
+                    parsed = calls.finish() if calls is not None else ParsedReply(None, ())
+                    uses = tool_uses(parsed)
+                    if (parsed.content or not uses) and not text_open:
+                        text_open = True
+                        yield _text_block_start()
+                    if parsed.content:
+                        yield text_delta(parsed.content)
+                    if text_open:
+                        yield _event("content_block_stop", {"index": 0})
+                        index = 1
+                    for i, use in enumerate(uses, start=index):
+                        block = use.model_dump() | {"input": {}}
+                        yield _event("content_block_start", {"index": i, "content_block": block})
+                        delta = {"type": "input_json_delta", "partial_json": json.dumps(use.input)}
+                        yield _event("content_block_delta", {"index": i, "delta": delta})
+                        yield _event("content_block_stop", {"index": i})
+                    end = {"stop_reason": stop_reason(event, bool(uses)),
+                           "stop_sequence": None if uses else event.stop_string}  # fmt: skip
                     counts = usage(event.metrics).model_dump()
                     yield _event("message_delta", {"delta": end, "usage": counts})
                     yield _event("message_stop", {})
@@ -126,6 +236,12 @@ class MessagesServing:
             if not finished:
                 with contextlib.suppress(Exception):
                     self.host.queue.cancel(job)
+
+
+def _text_block_start() -> str:
+    return _event(
+        "content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}}
+    )
 
 
 def _event(name: str, data: dict) -> str:
