@@ -167,3 +167,35 @@ def test_tool_choice_without_tools_is_400():
     )
     with pytest.raises(ApiError):
         plan_tools(req)
+
+
+TWO_CALLS = (
+    '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
+    '<tool_call>{"name": "get_time", "arguments": {"zone": "CET"}}</tool_call>'
+)
+
+
+def test_parallel_tool_calls_false_gives_the_first_call_only():
+    assert [c.name for c in plan_tools(request()).read(TWO_CALLS).calls] == [
+        "get_weather", "get_time"]  # fmt: skip
+    one = plan_tools(request(parallel_tool_calls=False))
+    assert [c.name for c in one.read(TWO_CALLS).calls] == ["get_weather"]
+    stream = ToolCallStream(one.names)
+    assert stream.feed(TWO_CALLS) == ""
+    assert [c.name for c in one.limit(stream.finish()).calls] == ["get_weather"]
+    assert one.read("just text").calls == () and one.read("just text").content == "just text"
+
+
+def test_anthropic_disable_parallel_tool_use_gives_the_first_call_only():
+    from deskllm.server.messages.protocol import MessagesRequest
+    from deskllm.server.messages.serving import plan_tools as plan_messages
+
+    def messages_request(**choice) -> MessagesRequest:
+        tools = [{"name": n, "input_schema": {"type": "object"}} for n in sorted(NAMES)]
+        return MessagesRequest.model_validate({
+            "model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}],
+            "tools": tools, "tool_choice": {"type": "auto", **choice}})  # fmt: skip
+
+    assert len(plan_messages(messages_request()).read(TWO_CALLS).calls) == 2
+    one = plan_messages(messages_request(disable_parallel_tool_use=True))
+    assert [c.name for c in one.read(TWO_CALLS).calls] == ["get_weather"]

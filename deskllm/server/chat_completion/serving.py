@@ -28,7 +28,7 @@ from deskllm.server.chat_completion.protocol import (
     ToolCall,
     Usage,
 )
-from deskllm.server.chat_completion.tool_calls import ParsedReply, ToolCallStream, parse_tool_calls
+from deskllm.server.chat_completion.tool_calls import ParsedReply, ToolCallStream
 from deskllm.server.chat_completion.tool_choice import ToolPlan, plan_tools
 from deskllm.server.engine_queue import ChatRequest, Job
 from deskllm.server.logprobs import chat_logprobs
@@ -173,9 +173,7 @@ class ChatCompletionServing:
         )
         plan = plan_tools(req)
         finish = _FINISH.get(final.finish_reason, "stop")
-        parsed = ParsedReply(final.text, ())
-        if plan.parse_calls:
-            parsed = parse_tool_calls(final.text, plan.names)
+        parsed = plan.read(final.text)
         if parsed.calls:
             finish = "tool_calls"
         message = AssistantMessage(content=parsed.content, tool_calls=_calls(parsed) or None)
@@ -225,7 +223,7 @@ class ChatCompletionServing:
                     finished = True
                     finish = _FINISH.get(event.finish_reason, "stop")
                     if calls is not None:
-                        parsed = calls.finish()
+                        parsed = plan.limit(calls.finish())
                         if parsed.content:
                             yield chunk(Delta(content=parsed.content))
                         if parsed.calls:

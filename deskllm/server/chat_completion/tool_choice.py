@@ -4,11 +4,13 @@ JSON schema of a call, which the engine enforces with a grammar (the json_schema
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 
 from deskllm.server import errors
 from deskllm.server.chat_completion.protocol import ChatCompletionRequest
+from deskllm.server.chat_completion.tool_calls import ParsedReply, parse_tool_calls
 
 
 @dataclass(frozen=True)
@@ -17,10 +19,21 @@ class ToolPlan:
     names: frozenset[str]  # the functions a call may name
     forced_schema: str | None  # a call's schema when the reply must be one
     parse_calls: bool  # read calls from the reply
+    # parallel_tool_calls false (OpenAI), disable_parallel_tool_use (Anthropic): only the
+    # reply's first call is given.
+    one_call: bool = False
 
     @property
     def forced(self) -> bool:
         return self.forced_schema is not None
+
+    def read(self, text: str) -> ParsedReply:
+        """A finished reply's calls and content."""
+        return self.limit(parse_tool_calls(text, self.names) if self.parse_calls
+                          else ParsedReply(text, ()))  # fmt: skip
+
+    def limit(self, parsed: ParsedReply) -> ParsedReply:
+        return dataclasses.replace(parsed, calls=parsed.calls[:1]) if self.one_call else parsed
 
 
 NO_TOOLS = ToolPlan(None, frozenset(), None, False)
@@ -28,6 +41,11 @@ NO_TOOLS = ToolPlan(None, frozenset(), None, False)
 
 def plan_tools(req: ChatCompletionRequest) -> ToolPlan:
     """Raises ApiError (400) for a tool_choice that cannot be met."""
+    plan = _plan(req)
+    return dataclasses.replace(plan, one_call=req.parallel_tool_calls is False)
+
+
+def _plan(req: ChatCompletionRequest) -> ToolPlan:
     choice = req.tool_choice
     if not req.tools:
         if choice not in (None, "none"):

@@ -74,10 +74,11 @@ class ToolParam(BaseModel):
 
 
 class ToolChoice(BaseModel):
-    model_config = ConfigDict(extra="allow")  # disable_parallel_tool_use: calls are read anyway
+    model_config = ConfigDict(extra="allow")
 
     type: Literal["auto", "any", "tool", "none"]
     name: str | None = None
+    disable_parallel_tool_use: bool | None = None  # True: only the reply's first call
 
 
 class Metadata(BaseModel):

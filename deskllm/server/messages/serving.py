@@ -10,6 +10,7 @@ user turn's tool_result blocks go to the model as tool messages."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -19,7 +20,6 @@ from deskllm.server import errors
 from deskllm.server.chat_completion.tool_calls import (
     ParsedReply,
     ToolCallStream,
-    parse_tool_calls,
 )
 from deskllm.server.chat_completion.tool_choice import NO_TOOLS, ToolPlan, tool_plan
 from deskllm.server.engine_queue import ChatRequest, Job
@@ -99,10 +99,13 @@ def plan_tools(req: MessagesRequest) -> ToolPlan:
         for t in req.tools]  # fmt: skip
     tools_json = json.dumps(functions)
     if choice == "auto":
-        return tool_plan(tools_json, parameters)
-    if choice == "any":
-        return tool_plan(tools_json, parameters, required=True)
-    return tool_plan(tools_json, parameters, name=req.tool_choice.name or "")
+        plan = tool_plan(tools_json, parameters)
+    elif choice == "any":
+        plan = tool_plan(tools_json, parameters, required=True)
+    else:
+        plan = tool_plan(tools_json, parameters, name=req.tool_choice.name or "")
+    one = bool(req.tool_choice and req.tool_choice.disable_parallel_tool_use)
+    return dataclasses.replace(plan, one_call=one)
 
 
 def tool_uses(parsed: ParsedReply) -> list[ToolUseBlock]:
@@ -161,9 +164,7 @@ class MessagesServing:
     ) -> Message:
         done = await final_reply(self.host, job, disconnected)
         plan = plan_tools(req)
-        parsed = ParsedReply(done.text, ())
-        if plan.parse_calls:
-            parsed = parse_tool_calls(done.text, plan.names)
+        parsed = plan.read(done.text)
         uses = tool_uses(parsed)
         content: list = [TextBlock(text=parsed.content or "")] if parsed.content or not uses else []
         return Message(
@@ -205,7 +206,9 @@ class MessagesServing:
                         yield text_delta(text)
                 elif isinstance(event, Done):
                     finished = True
-                    parsed = calls.finish() if calls is not None else ParsedReply(None, ())
+                    parsed = (
+                        plan.limit(calls.finish()) if calls is not None else ParsedReply(None, ())
+                    )
                     uses = tool_uses(parsed)
                     if (parsed.content or not uses) and not text_open:
                         text_open = True
