@@ -315,22 +315,11 @@ class BatchEngineClient:
         and never block. May restart a dead engine first (blocking). Returns the request id,
         for cancel_request()."""
         rid = next(self._ids)
-        restarted = self._restart_if_needed(rid)
-        if restarted is not None:
-            on_events([restarted])
-            return rid
-        sink = _Sink(rid, on_events, self._drop_mailbox)
-        with self._lock:
-            self._mailboxes[rid] = (sink, self._process)
         request = Chat(rid, conversation_id, tuple(messages), sampling or Sampling(),
                        tools_json=tools_json, raw_prompt=raw_prompt)  # fmt: skip
-        if not self._process.is_alive():  # died since: its reader may have passed us by
-            sink.put(Exited(exit_reason(self._process.exitcode), self._process.exitcode, rid))
-            return rid
-        with contextlib.suppress(OSError, ValueError):  # a broken pipe: Exited follows
-            self._send(request)
-            if rid in self._cancelled:  # stopped before it was sent: stop it now
-                self._send(CancelRequest(rid))
+        restarted = self._open(request, _Sink(rid, on_events, self._drop_mailbox))
+        if restarted is not None:
+            on_events([restarted])
         return rid
 
     def _drop_mailbox(self, rid: int) -> None:
@@ -353,20 +342,11 @@ class BatchEngineClient:
         box: queue.Queue = queue.Queue()
         finished = False
         try:
-            restarted = self._restart_if_needed(rid)
+            restarted = self._open(request, box)
             if restarted is not None:
                 finished = True
                 yield restarted
                 return
-            with self._lock:
-                self._mailboxes[rid] = (box, self._process)
-            if not self._process.is_alive():  # died since: its reader may have passed us by
-                box.put(Exited(exit_reason(self._process.exitcode), self._process.exitcode, rid))
-            else:
-                with contextlib.suppress(OSError, ValueError):  # a broken pipe: Exited follows
-                    self._send(request)
-                    if rid in self._cancelled:  # stopped before it was sent: stop it now
-                        self._send(CancelRequest(rid))
             while True:
                 event = box.get()
                 if isinstance(event, Done):
@@ -377,11 +357,27 @@ class BatchEngineClient:
                 if finished:
                     return
         finally:
-            with self._lock:
-                self._mailboxes.pop(rid, None)
-            self._cancelled.discard(rid)
+            self._drop_mailbox(rid)
             if not finished:
                 self.cancel_request(rid)  # its reader left: free the slot
+
+    def _open(self, request: Chat | Embed, box: queue.Queue | _Sink) -> Error | None:
+        """Make `box` the request's mailbox and send the request, after restarting a dead
+        engine; the Error (nothing sent, no mailbox) when it could not be restarted."""
+        rid = request.request_id
+        restarted = self._restart_if_needed(rid)
+        if restarted is not None:
+            return restarted
+        with self._lock:
+            self._mailboxes[rid] = (box, self._process)
+        if not self._process.is_alive():  # died since: its reader may have passed us by
+            box.put(Exited(exit_reason(self._process.exitcode), self._process.exitcode, rid))
+            return None
+        with contextlib.suppress(OSError, ValueError):  # a broken pipe: Exited follows
+            self._send(request)
+            if rid in self._cancelled:  # stopped before it was sent: stop it now
+                self._send(CancelRequest(rid))
+        return None
 
     def _restart_if_needed(self, rid: int) -> Error | None:
         """A fresh engine with the last model after a crash; an Error when it cannot."""
