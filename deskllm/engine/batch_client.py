@@ -148,6 +148,8 @@ class BatchEngineClient:
             self._conn.send(request)
 
     def _deliver(self, key: int, event: Event) -> None:
+        if isinstance(event, Done):
+            self.crashes = 0  # a reply finished: the engine works
         with self._lock:
             entry = self._mailboxes.get(key)
         if entry is not None:
@@ -160,6 +162,8 @@ class BatchEngineClient:
             boxes = [self._mailboxes.get(event.request_id) for event in events]
         sinks: dict[int, tuple[_Sink, list[Event]]] = {}
         for entry, event in zip(boxes, events, strict=True):
+            if isinstance(event, Done):
+                self.crashes = 0  # a reply finished: the engine works
             if entry is None:
                 continue
             box = entry[0]
@@ -349,8 +353,6 @@ class BatchEngineClient:
                 return
             while True:
                 event = box.get()
-                if isinstance(event, Done):
-                    self.crashes = 0
                 if isinstance(event, Done | Embeddings | Error | Exited):
                     finished = True
                 yield event

@@ -177,6 +177,8 @@ def test_a_started_reply_is_cancelled_by_id_and_ends_with_exited_when_the_engine
     batch.kill()
     assert killed.ended.wait(60)
     assert isinstance(killed.events[-1], Exited) and "SIGKILL" in killed.events[-1].reason
+    assert batch.crashes == 1
     again = Recorder()
     batch.start("cb", user("What is 2 + 2?"), Sampling(temperature=0, max_tokens=8), again)
     assert again.ended.wait(120) and isinstance(again.events[-1], Done)  # a fresh engine
+    assert batch.crashes == 0  # a finished reply ends the run of crashes, as a read one does
