@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import struct
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -158,6 +159,14 @@ def delete_conversation_states(kv_dir: Path | str, conversation_id: str) -> int:
 
 
 class KvStateCache:
+    """States in RAM (LRU within a byte budget) and on disk (LRU by mtime within another).
+
+    A state pushed out of RAM is written to disk by a writer thread: the engine saves states
+    between decode steps, and writing tens of MB there stalled every running stream. Until
+    its file is written the state stays readable from memory (get() says "ram"). Written
+    states wait for the writer only while more than a RAM budget's worth is queued.
+    """
+
     def __init__(
         self,
         guard: str,
@@ -172,30 +181,47 @@ class KvStateCache:
         self.disk_dir = disk_dir
         self.max_tokens = max_tokens  # a state file with more tokens is refused unread
         self._ram: OrderedDict[str, KvState] = OrderedDict()
+        # The writer's queue, oldest first, and the key it is writing (still in the queue).
+        # A key dropped while its file is being written is unlinked once the write ends.
+        self._cond = threading.Condition()
+        self._queued: OrderedDict[str, KvState] = OrderedDict()
+        self._writing: str | None = None
+        self._writing_dropped = False
+        self._writer: threading.Thread | None = None
         if self.disk_dir:
             private_dir(self.disk_dir)
 
     # Public -----------------------------------------------------------------------------------
     def put(self, key: str, state: KvState) -> None:
         self._ram.pop(key, None)
+        with self._cond:
+            self._queued.pop(key, None)  # an older state not written yet: this one supersedes it
         if state.size_bytes > self.ram_budget:
-            self._spill(key, state)
-            return
-        self._ram[key] = state
-        while sum(s.size_bytes for s in self._ram.values()) > self.ram_budget:
-            old_key, old_state = self._ram.popitem(last=False)
-            self._spill(old_key, old_state)
+            self._queue_write(key, state)
+        else:
+            self._ram[key] = state
+            while sum(s.size_bytes for s in self._ram.values()) > self.ram_budget:
+                self._queue_write(*self._ram.popitem(last=False))
+        with self._cond:  # bounded memory: wait while the writer is a RAM budget behind
+            self._cond.wait_for(
+                lambda: len(self._queued) <= 1 or self._queued_bytes() <= self.ram_budget
+            )
 
     def get(self, key: str) -> tuple[KvState, str] | None:
         """The state and where it came from ("ram" | "disk"), or None."""
         if key in self._ram:
             self._ram.move_to_end(key)
             return self._ram[key], "ram"
+        with self._cond:
+            queued = self._queued.get(key)
+        if queued is not None:
+            return queued, "ram"  # on its way to disk, still in memory
         state = self._read_disk(key)
         return (state, "disk") if state else None
 
     def discard(self, key: str) -> None:
         self._ram.pop(key, None)
+        self._unqueue(key)
         path = self._path(key)
         if path:
             path.unlink(missing_ok=True)
@@ -205,12 +231,22 @@ class KvStateCache:
         if self.disk_dir:
             suffix = f".{self.guard}.kv"
             on_disk = [p.name[: -len(suffix)] for p in self.disk_dir.glob(f"*{suffix}")]
-        return list(self._ram) + [k for k in on_disk if k not in self._ram]
+        with self._cond:
+            queued = list(self._queued)
+        in_memory = list(self._ram) + [k for k in queued if k not in self._ram]
+        return in_memory + [k for k in on_disk if k not in in_memory]
 
     def flush_to_disk(self) -> None:
-        """Persist states held only in RAM (clean shutdown, unload)."""
+        """Persist states held only in RAM (clean shutdown, unload); returns once written."""
         for key, state in list(self._ram.items()):
-            self._spill(key, state)
+            self._queue_write(key, state)
+        self.wait_written()
+
+    def wait_written(self) -> None:
+        """Return once every queued state is on disk (or failed to be written), and a write
+        under way of one dropped meanwhile has ended."""
+        with self._cond:
+            self._cond.wait_for(lambda: not self._queued and self._writing is None)
 
     # Disk -------------------------------------------------------------------------------------
     def _path(self, key: str) -> Path | None:
@@ -218,12 +254,51 @@ class KvStateCache:
             return None
         return self.disk_dir / f"{_safe_name(key)}.{self.guard}.kv"
 
-    def _spill(self, key: str, state: KvState) -> None:
-        path = self._path(key)
-        if not path or state.size_bytes > self.disk_budget:
-            return
-        _write_private(path, encode_state(key, self.guard, state))
-        self._enforce_disk_budget(keep=path)
+    def _queued_bytes(self) -> int:
+        return sum(s.size_bytes for s in self._queued.values())
+
+    def _queue_write(self, key: str, state: KvState) -> None:
+        if not self.disk_dir or state.size_bytes > self.disk_budget:
+            return  # nowhere to keep it
+        with self._cond:
+            self._queued.pop(key, None)
+            self._queued[key] = state
+            if self._writer is None:
+                self._writer = threading.Thread(
+                    target=self._write_queued, name="kv-state-writer", daemon=True
+                )
+                self._writer.start()
+            self._cond.notify_all()
+
+    def _unqueue(self, key: str) -> None:
+        with self._cond:
+            self._queued.pop(key, None)
+            if self._writing == key:
+                self._writing_dropped = True
+            self._cond.notify_all()
+
+    def _write_queued(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._queued)
+                key, state = next(iter(self._queued.items()))
+                self._writing, self._writing_dropped = key, False
+            path = self._path(key)
+            assert path is not None
+            try:
+                _write_private(path, encode_state(key, self.guard, state))
+                self._enforce_disk_budget(keep=path)
+            except OSError as exc:  # a full or read-only disk: the conversation is read again
+                log.warning("could not write the KV state of %s to %s: %s", key, path, exc)
+            except Exception:  # never leave the queue stuck: put() and unload wait on it
+                log.exception("could not write the KV state of %s to %s", key, path)
+            with self._cond:
+                if self._writing_dropped:
+                    path.unlink(missing_ok=True)
+                if self._queued.get(key) is state:
+                    del self._queued[key]
+                self._writing = None
+                self._cond.notify_all()
 
     def _read_disk(self, key: str) -> KvState | None:
         path = self._path(key)
@@ -235,6 +310,8 @@ class KvStateCache:
             state = read_state_file(path, key, self.guard, limit, self.max_tokens)
             os.utime(path)  # LRU on disk by mtime
             return state
+        except FileNotFoundError:
+            return None  # evicted by the writer (disk budget) since is_file()
         except (OSError, KvStateFileError, struct.error) as exc:
             self.drop(key, str(exc))
             return None
@@ -242,6 +319,7 @@ class KvStateCache:
     def drop(self, key: str, why: str) -> None:
         """Remove a state of `key` that cannot be used (RAM and disk), logging the file and why."""
         self._ram.pop(key, None)
+        self._unqueue(key)
         path = self._path(key)
         where = str(path) if path and path.exists() else "held in memory"
         log.warning("dropping the KV state of %s (%s): %s", key, where, why)
@@ -250,14 +328,22 @@ class KvStateCache:
 
     def _enforce_disk_budget(self, keep: Path) -> None:
         """Evict least recently used files; the one just written (`keep`) goes last, even when
-        the file system's timestamps are too coarse to order it after the others."""
+        the file system's timestamps are too coarse to order it after the others. Runs on the
+        writer thread: a file removed meanwhile (a deleted conversation) is skipped."""
         assert self.disk_dir is not None
-        files = sorted(self.disk_dir.glob("*.kv"), key=lambda p: (p == keep, p.stat().st_mtime_ns))
-        total = sum(p.stat().st_size for p in files)
-        for path in files:
+        files: list[tuple[bool, int, int, Path]] = []
+        for path in self.disk_dir.glob("*.kv"):
+            try:
+                st = path.stat()
+            except FileNotFoundError:
+                continue
+            files.append((path == keep, st.st_mtime_ns, st.st_size, path))
+        files.sort(key=lambda f: f[:2])
+        total = sum(f[2] for f in files)
+        for _keep, _mtime, size, path in files:
             if total <= self.disk_budget:
                 break
-            total -= path.stat().st_size
+            total -= size
             path.unlink(missing_ok=True)
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import replace
+from pathlib import Path
 
-from engine_helpers import collect
+from engine_helpers import collect, wait_for
 
 from deskllm.engine.client import EngineClient
 from deskllm.engine.protocol import ChatMessage, Sampling
@@ -95,6 +96,9 @@ def test_ram_budget_zero_spills_to_disk(load_params):
         client.load(params)
         first = turn(client, a, conversation("spill-A"))
         turn(client, b, conversation("spill-B"))
+        # A's state went to the disk writer when B took over: until its file is written it
+        # would be restored from memory.
+        assert wait_for(lambda: list(Path(params.kv_disk_dir).glob(f"{a}.*.kv")), 30)
         back = turn(client, a, conversation("spill-A"))
     assert back.metrics.restored_from == "disk"
     assert back.metrics.cached_tokens >= first.metrics.prompt_tokens - 1

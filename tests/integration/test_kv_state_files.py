@@ -64,6 +64,7 @@ def copy_state(real: RealState, to: Path, key: str, state: KvState | None = None
     """The real state under another key in `to`, re-encoded (valid checksum) when `state`."""
     cache = KvStateCache(real.guard, 0, to, BUDGET)
     cache.put(key, state or real.state)
+    cache.wait_written()
     return cache._path(key)
 
 

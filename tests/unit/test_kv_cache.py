@@ -4,6 +4,8 @@ import os
 import stat
 import struct
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -85,9 +87,12 @@ def test_ram_lru_within_budget_without_disk_drops_the_least_recently_used():
 def test_ram_lru_spills_to_disk(tmp_path):
     cache = KvStateCache(GUARD, 2 * SIZE, tmp_path, disk_budget_bytes=100 * SIZE)
     cache.put("a", state(1))
+    cache.wait_written()
     cache.put("b", state(2))
+    cache.wait_written()
     assert disk_files(tmp_path) == []  # within the RAM budget nothing is written
     cache.put("c", state(3))
+    cache.wait_written()
     assert len(disk_files(tmp_path)) == 1  # "a" spilled
     assert cache.get("a") == (state(1), "disk")
     assert cache.get("b") == (state(2), "ram")
@@ -100,12 +105,14 @@ def test_state_larger_than_ram_budget_goes_straight_to_disk(tmp_path):
         GUARD, ram_budget_bytes=SIZE // 2, disk_dir=tmp_path, disk_budget_bytes=10 * SIZE
     )
     cache.put("big", state(5))
+    cache.wait_written()
     assert cache.get("big") == (state(5), "disk")
 
 
 def test_state_larger_than_both_budgets_is_not_kept(tmp_path):
     cache = KvStateCache(GUARD, SIZE // 2, tmp_path, disk_budget_bytes=SIZE // 2)
     cache.put("big", state(5))
+    cache.wait_written()
     assert cache.get("big") is None
     assert disk_files(tmp_path) == []
 
@@ -113,7 +120,9 @@ def test_state_larger_than_both_budgets_is_not_kept(tmp_path):
 def test_keys_are_the_callers_keys_for_states_on_disk(tmp_path):
     cache = KvStateCache(GUARD, 0, tmp_path, 10 * SIZE)
     cache.put("conv1", state(1))
+    cache.wait_written()
     cache.put("conv2", state(2))
+    cache.wait_written()
     keys = cache.keys()
     assert sorted(keys) == ["conv1", "conv2"]
     assert [k for k in keys if GUARD in k] == []
@@ -122,6 +131,7 @@ def test_keys_are_the_callers_keys_for_states_on_disk(tmp_path):
 def test_keys_do_not_list_a_key_twice(tmp_path):
     cache = KvStateCache(GUARD, 10 * SIZE, tmp_path, 10 * SIZE)
     cache.put("a", state(1))
+    cache.wait_written()
     cache.flush_to_disk()  # "a" is now both in RAM and on disk
     assert cache.keys() == ["a"]
 
@@ -129,7 +139,9 @@ def test_keys_do_not_list_a_key_twice(tmp_path):
 def test_flush_to_disk_then_restart_loads_from_disk(tmp_path):
     cache = KvStateCache(GUARD, 10 * SIZE, tmp_path, 10 * SIZE)
     cache.put("a", state(1))
+    cache.wait_written()
     cache.put("b", state(2, n_tokens=0, n_data=17))
+    cache.wait_written()
     assert disk_files(tmp_path) == []
     cache.flush_to_disk()
     del cache
@@ -143,6 +155,7 @@ def test_flush_to_disk_then_restart_loads_from_disk(tmp_path):
 def test_a_different_guard_is_never_returned(tmp_path):
     cache = KvStateCache(GUARD, 0, tmp_path, 10 * SIZE)
     cache.put("a", state(1))
+    cache.wait_written()
     assert cache.get("a") is not None
 
     other_guard = make_guard(model={"path": "/m.gguf", "size": 2}, n_ctx=4096, kv_type="f16")
@@ -151,6 +164,7 @@ def test_a_different_guard_is_never_returned(tmp_path):
     assert other.keys() == []
     # the other cache's own states do not mix with the first one's either
     other.put("a", state(9))
+    other.wait_written()
     other.flush_to_disk()
     assert cache.get("a") == (state(1), "disk")
     assert KvStateCache(other_guard, 0, tmp_path, 10 * SIZE).get("a") == (state(9), "disk")
@@ -159,6 +173,7 @@ def test_a_different_guard_is_never_returned(tmp_path):
 def test_discard_removes_from_ram_and_disk(tmp_path):
     cache = KvStateCache(GUARD, 10 * SIZE, tmp_path, 10 * SIZE)
     cache.put("a", state(1))
+    cache.wait_written()
     cache.flush_to_disk()
     cache.discard("a")
     assert cache.get("a") is None
@@ -172,11 +187,13 @@ def test_disk_budget_evicts_the_oldest(tmp_path):
     cache = KvStateCache(GUARD, 0, tmp_path, disk_budget_bytes=3 * file_size)
     for i, key in enumerate(["a", "b", "c"]):
         cache.put(key, state(i))
+        cache.wait_written()
         # make the age order unambiguous whatever the file system's timestamp resolution
         os.utime(cache._path(key), ns=(1_000_000_000 * (i + 1),) * 2)
     assert sorted(cache.keys()) == ["a", "b", "c"]
 
     cache.put("d", state(3))  # over budget: the oldest ("a") goes
+    cache.wait_written()
     assert sorted(cache.keys()) == ["b", "c", "d"]
     assert cache.get("a") is None
     assert sum(p.stat().st_size for p in disk_files(tmp_path)) <= 3 * file_size
@@ -186,11 +203,14 @@ def test_reading_from_disk_makes_a_state_recent(tmp_path):
     file_size = SIZE + 128
     cache = KvStateCache(GUARD, 0, tmp_path, disk_budget_bytes=2 * file_size)
     cache.put("a", state(1))
+    cache.wait_written()
     cache.put("b", state(2))
+    cache.wait_written()
     os.utime(cache._path("a"), ns=(1_000_000_000,) * 2)
     os.utime(cache._path("b"), ns=(2_000_000_000,) * 2)
     assert cache.get("a") == (state(1), "disk")  # "a" is used again: now "b" is the oldest
     cache.put("c", state(3))
+    cache.wait_written()
     assert sorted(cache.keys()) == ["a", "c"]
 
 
@@ -198,11 +218,14 @@ def test_the_state_just_written_is_evicted_last_even_with_equal_timestamps(tmp_p
     file_size = SIZE + 128
     cache = KvStateCache(GUARD, 0, tmp_path, disk_budget_bytes=2 * file_size)
     cache.put("a", state(1))
+    cache.wait_written()
     cache.put("b", state(2))
+    cache.wait_written()
     future = (4_000_000_000_000_000_000,) * 2  # older files that look as new as any (clock skew)
     os.utime(cache._path("a"), ns=future)
     os.utime(cache._path("b"), ns=future)
     cache.put("c", state(3))
+    cache.wait_written()
     assert cache.get("c") == (state(3), "disk")
     assert len(cache.keys()) == 2
 
@@ -211,9 +234,12 @@ def test_disk_budget_counts_states_of_other_guards(tmp_path):
     file_size = SIZE + 128
     old = KvStateCache("oldguard", 0, tmp_path, 2 * file_size)
     old.put("x", state(1))
+    old.wait_written()
     old.put("y", state(2))
+    old.wait_written()
     cache = KvStateCache(GUARD, 0, tmp_path, 2 * file_size)
     cache.put("a", state(3))
+    cache.wait_written()
     assert cache.get("a") == (state(3), "disk")
     assert sum(p.stat().st_size for p in disk_files(tmp_path)) <= 2 * file_size
 
@@ -221,6 +247,7 @@ def test_disk_budget_counts_states_of_other_guards(tmp_path):
 def write_then_damage(tmp_path: Path, damage) -> tuple[KvStateCache, Path]:
     cache = KvStateCache(GUARD, 0, tmp_path, 10 * SIZE)
     cache.put("a", state(1, n_tokens=50, n_data=500))
+    cache.wait_written()
     path = cache._path("a")
     assert path.is_file()
     path.write_bytes(damage(path.read_bytes()))
@@ -272,7 +299,9 @@ def test_trailing_garbage_is_ignored(tmp_path):
 def test_a_damaged_file_does_not_affect_other_states(tmp_path):
     cache = KvStateCache(GUARD, 0, tmp_path, 10 * SIZE)
     cache.put("good", state(1))
+    cache.wait_written()
     cache.put("bad", state(2))
+    cache.wait_written()
     cache._path("bad").write_bytes(b"garbage")
     restarted = KvStateCache(GUARD, 0, tmp_path, 10 * SIZE)
     assert restarted.get("bad") is None
@@ -284,6 +313,7 @@ def test_no_temporary_files_are_left_behind(tmp_path):
     cache = KvStateCache(GUARD, 0, cache_dir, 10 * SIZE)
     for i in range(5):
         cache.put(f"k{i}", state(i))
+        cache.wait_written()
     names = [p.name for p in cache_dir.iterdir()]
     assert len(names) == 5
     assert [n for n in names if not n.endswith(f".{GUARD}.kv")] == []
@@ -293,6 +323,7 @@ def test_keys_with_path_characters_stay_inside_the_cache_dir(tmp_path):
     cache_dir = tmp_path / "cache"
     cache = KvStateCache(GUARD, 0, cache_dir, 10 * SIZE)
     cache.put("../../escape", state(1))
+    cache.wait_written()
     assert cache.get("../../escape") == (state(1), "disk")
     assert [p.parent for p in tmp_path.rglob("*.kv")] == [cache_dir]
 
@@ -301,6 +332,7 @@ def test_keys_with_path_characters_stay_inside_the_cache_dir(tmp_path):
 def test_the_guard_is_inside_the_file_not_only_in_its_name(tmp_path):
     cache = KvStateCache(GUARD, 0, tmp_path, 10 * SIZE)
     cache.put("a", state(1))
+    cache.wait_written()
     other_guard = make_guard(model="another model", n_ctx=4096, kv_type="f16")
     other = KvStateCache(other_guard, 0, tmp_path, 10 * SIZE)
     cache._path("a").rename(other._path("a"))  # renamed by hand (or by a buggy old version)
@@ -311,6 +343,7 @@ def test_the_guard_is_inside_the_file_not_only_in_its_name(tmp_path):
 def test_a_state_renamed_to_another_conversation_is_refused(tmp_path):
     cache = KvStateCache(GUARD, 0, tmp_path, 10 * SIZE)
     cache.put("a", state(1))
+    cache.wait_written()
     cache._path("a").rename(cache._path("b"))
     assert cache.get("b") is None
 
@@ -341,6 +374,7 @@ def test_sizes_shifted_between_tokens_and_data_are_detected(tmp_path):
     # header tells them apart.
     good = KvStateCache(GUARD, 0, tmp_path, 10 * SIZE)
     good.put("a", state(1, n_tokens=50, n_data=500))
+    good.wait_written()
     path = good._path("a")
     raw = bytearray(path.read_bytes())
     n_tokens, n_data = struct.unpack_from("<QQ", raw, 10)
@@ -352,6 +386,7 @@ def test_sizes_shifted_between_tokens_and_data_are_detected(tmp_path):
 def test_a_file_larger_than_the_disk_budget_is_refused_unread(tmp_path):
     cache = KvStateCache(GUARD, 0, tmp_path, 10 * SIZE)
     cache.put("a", state(1))
+    cache.wait_written()
     path = cache._path("a")
     with path.open("ab") as fh:
         fh.truncate(1 << 40)  # a sparse terabyte: reading it whole would exhaust memory
@@ -360,9 +395,11 @@ def test_a_file_larger_than_the_disk_budget_is_refused_unread(tmp_path):
 
 
 def test_more_tokens_than_the_context_holds_is_refused(tmp_path):
-    KvStateCache(GUARD, 0, tmp_path, 10 * SIZE).put("a", state(1, n_tokens=20))
+    writer = KvStateCache(GUARD, 0, tmp_path, 10 * SIZE)
+    writer.put("a", state(1, n_tokens=20))
+    writer.put("b", state(1, n_tokens=20))
+    writer.wait_written()
     assert KvStateCache(GUARD, 0, tmp_path, 10 * SIZE, max_tokens=19).get("a") is None
-    KvStateCache(GUARD, 0, tmp_path, 10 * SIZE).put("b", state(1, n_tokens=20))
     assert KvStateCache(GUARD, 0, tmp_path, 10 * SIZE, max_tokens=20).get("b") is not None
 
 
@@ -373,6 +410,7 @@ def test_state_files_are_private(tmp_path):
     leftover.write_bytes(b"from a crash")
     leftover.chmod(0o644)
     cache.put("a", state(1))
+    cache.wait_written()
     assert stat.S_IMODE(cache._path("a").stat().st_mode) == 0o600
     assert stat.S_IMODE((tmp_path / "kv").stat().st_mode) == 0o700
     assert not leftover.exists()
@@ -384,6 +422,7 @@ def test_delete_conversation_states_removes_every_guard_and_nothing_else(tmp_pat
         cache = KvStateCache(guard, 0, kv, 10 * SIZE)
         for key in ("conv-1", "conv-10", "conv-1x"):
             cache.put(key, state(1))
+            cache.wait_written()
     (kv / f"conv-1.{GUARD}.kv.tmp").write_bytes(b"half written")
     assert delete_conversation_states(kv, "conv-1") == 3
     left = sorted(p.name.split(".")[0] for p in kv.iterdir())
@@ -391,3 +430,75 @@ def test_delete_conversation_states_removes_every_guard_and_nothing_else(tmp_pat
     assert KvStateCache(GUARD, 0, kv, 10 * SIZE).get("conv-1") is None
     assert KvStateCache(GUARD, 0, kv, 10 * SIZE).get("conv-10") is not None
     assert delete_conversation_states(tmp_path / "no-such-dir", "conv-1") == 0
+
+
+# Writing in the background ---------------------------------------------------------------------
+# The writer's file for a key is made blocking with a FIFO as its temporary file: opening it
+# to write waits (in the kernel) until the test opens it to read.
+def block_write_of(cache: KvStateCache, key: str) -> Path:
+    path = cache._path(key)
+    fifo = path.with_name(path.name + ".tmp")
+    os.mkfifo(fifo)
+    return fifo
+
+
+def in_thread(fn) -> threading.Thread:
+    thread = threading.Thread(target=fn, daemon=True)
+    thread.start()
+    return thread
+
+
+fifo_only = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+
+
+@fifo_only
+def test_a_state_pushed_out_of_ram_is_written_without_waiting_for_the_disk(tmp_path):
+    cache = KvStateCache(GUARD, SIZE, tmp_path, 10 * SIZE)
+    fifo = block_write_of(cache, "a")
+    cache.put("a", state(1))
+    putting = in_thread(lambda: cache.put("b", state(2)))  # pushes "a" out of RAM
+    putting.join(10)
+    assert not putting.is_alive()  # the disk write of "a" is blocked: put did not wait for it
+    # Until its file is written the state is served from memory.
+    assert cache.get("a") == (state(1), "ram")
+    assert sorted(cache.keys()) == ["a", "b"]
+    written = fifo.read_bytes()  # lets the writer go on
+    cache.wait_written()
+    # What the writer wrote is the state's file: put it where the FIFO was renamed to.
+    path = cache._path("a")
+    path.unlink()
+    path.write_bytes(written)
+    assert cache.get("a") == (state(1), "disk")
+
+
+@fifo_only
+def test_a_state_discarded_while_it_is_written_leaves_no_file(tmp_path):
+    cache = KvStateCache(GUARD, 0, tmp_path / "kv", 10 * SIZE)
+    fifo = block_write_of(cache, "a")
+    cache.put("a", state(1))
+    deadline = time.monotonic() + 10
+    while cache._writing != "a" and time.monotonic() < deadline:  # the writer took it
+        time.sleep(0.01)
+    cache.discard("a")  # the conversation was deleted while its state was being written
+    assert cache.get("a") is None
+    fifo.read_bytes()
+    cache.wait_written()
+    assert list((tmp_path / "kv").iterdir()) == []
+    assert cache.get("a") is None and cache.keys() == []
+
+
+@fifo_only
+def test_put_waits_for_the_writer_once_a_ram_budget_of_states_is_queued(tmp_path):
+    cache = KvStateCache(GUARD, SIZE, tmp_path, 10 * SIZE)
+    fifo = block_write_of(cache, "a")
+    cache.put("a", state(1))
+    cache.put("b", state(2))  # "a" queued (its write blocked): one state may wait
+    putting = in_thread(lambda: cache.put("c", state(3)))  # "b" queued too: over the budget
+    putting.join(0.5)
+    assert putting.is_alive()
+    fifo.read_bytes()
+    putting.join(10)
+    assert not putting.is_alive()
+    cache.wait_written()
+    assert cache.get("b") == (state(2), "disk")
+    assert cache.get("c") == (state(3), "ram")
