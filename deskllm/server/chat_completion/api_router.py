@@ -16,7 +16,7 @@ router = APIRouter()
 async def chat_completions(body: ChatCompletionRequest, request: Request):
     serving: ChatCompletionServing = request.app.state.chat
     await request.app.state.host.use(body.model)  # an installed model: loaded first
-    job = serving.admit(body)  # before any byte is sent: errors keep their status
+    job, plan = serving.admit(body)  # before any byte is sent: errors keep their status
     if body.stream:
-        return event_stream(serving.stream(body, job))
-    return await serving.complete(body, job, request.is_disconnected)
+        return event_stream(serving.stream(body, job, plan))
+    return await serving.complete(body, job, plan, request.is_disconnected)

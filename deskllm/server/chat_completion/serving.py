@@ -149,8 +149,9 @@ class ChatCompletionServing:
     def __init__(self, host: ModelHost) -> None:
         self.host = host
 
-    def admit(self, req: ChatCompletionRequest) -> Job:
-        """Check the request and queue it: raises ApiError (400, 404, 429, 503)."""
+    def admit(self, req: ChatCompletionRequest) -> tuple[Job, ToolPlan]:
+        """Check the request and queue it: raises ApiError (400, 404, 429, 503). Returns the
+        job and what its tools ask, for complete() or stream()."""
         check_ready(self.host)
         check_model(self.host, req.model)
         check_supported(req)
@@ -161,17 +162,20 @@ class ChatCompletionServing:
             to_sampling(req, self.host.n_ctx, plan),
             tools_json=plan.tools_json,
         )
-        return submit(self.host, request)
+        return submit(self.host, request), plan
 
     async def complete(
-        self, req: ChatCompletionRequest, job: Job, disconnected: Callable[[], Awaitable[bool]]
+        self,
+        req: ChatCompletionRequest,
+        job: Job,
+        plan: ToolPlan,
+        disconnected: Callable[[], Awaitable[bool]],
     ) -> ChatCompletion:
         """The whole reply; a client that goes away while it waits cancels it."""
         entries: list = []
         final = await final_reply(
             self.host, job, disconnected, lambda delta: entries.extend(delta.logprobs)
         )
-        plan = plan_tools(req)
         finish = _FINISH.get(final.finish_reason, "stop")
         parsed = plan.read(final.text)
         if parsed.calls:
@@ -192,13 +196,14 @@ class ChatCompletionServing:
             timings=timings(final.metrics),
         )
 
-    async def stream(self, req: ChatCompletionRequest, job: Job) -> AsyncIterator[str]:
+    async def stream(
+        self, req: ChatCompletionRequest, job: Job, plan: ToolPlan
+    ) -> AsyncIterator[str]:
         """Server-sent events: a role chunk, text chunks, the finish chunk, a usage chunk if
         asked, then `data: [DONE]`. Closing the generator (client gone) cancels the reply.
         With tools, text from where a call may begin is held back; calls come whole, in one
         chunk, before the finish chunk."""
         chunk_id, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
-        plan = plan_tools(req)
         calls = ToolCallStream(plan.names, plan.forced) if plan.parse_calls else None
 
         def chunk(

@@ -145,8 +145,9 @@ class MessagesServing:
     def __init__(self, host: ModelHost) -> None:
         self.host = host
 
-    def admit(self, req: MessagesRequest) -> Job:
-        """Check the request and queue it: raises ApiError (400, 404, 429, 503)."""
+    def admit(self, req: MessagesRequest) -> tuple[Job, ToolPlan]:
+        """Check the request and queue it: raises ApiError (400, 404, 429, 503). Returns the
+        job and what its tools ask, for complete() or stream()."""
         check_ready(self.host)
         check_model(self.host, req.model)
         plan = plan_tools(req)
@@ -157,13 +158,16 @@ class MessagesServing:
             to_sampling(req, self.host.n_ctx, plan),
             tools_json=plan.tools_json,
         )
-        return submit(self.host, request)
+        return submit(self.host, request), plan
 
     async def complete(
-        self, req: MessagesRequest, job: Job, disconnected: Callable[[], Awaitable[bool]]
+        self,
+        req: MessagesRequest,
+        job: Job,
+        plan: ToolPlan,
+        disconnected: Callable[[], Awaitable[bool]],
     ) -> Message:
         done = await final_reply(self.host, job, disconnected)
-        plan = plan_tools(req)
         parsed = plan.read(done.text)
         uses = tool_uses(parsed)
         content: list = [TextBlock(text=parsed.content or "")] if parsed.content or not uses else []
@@ -176,7 +180,7 @@ class MessagesServing:
             usage=usage(done.metrics),
         )
 
-    async def stream(self, req: MessagesRequest, job: Job) -> AsyncIterator[str]:
+    async def stream(self, req: MessagesRequest, job: Job, plan: ToolPlan) -> AsyncIterator[str]:
         """The event sequence of Anthropic's streaming API; an engine failure mid-stream is an
         `error` event. Closing the generator (client gone) cancels the reply. With tools,
         text from where a call may begin is held back; each call is a tool_use block after
@@ -185,7 +189,6 @@ class MessagesServing:
             id=f"msg_{uuid.uuid4().hex}", content=[], model=self.host.model_id,
             stop_reason=None, usage=MessagesUsage(input_tokens=0, output_tokens=0),
         )  # fmt: skip
-        plan = plan_tools(req)
         calls = ToolCallStream(plan.names, plan.forced) if plan.parse_calls else None
         text_open, index = False, 0
 
