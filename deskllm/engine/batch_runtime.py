@@ -7,7 +7,9 @@ then every slot that asked for logits samples with its own sampler chain. A requ
 the free slot whose cached tokens share the longest prefix with its prompt (slots.py).
 
 The KV cache is not unified: each slot owns `n_ctx_seq` cells (the per-slot context), so one
-long conversation cannot starve the others. Before a slot's cells are overwritten by another
+long conversation cannot starve the others. llama.cpp then reads the weights once per run of
+consecutive sequence ids in a batch: a step lists its tokens in slot order, and slot choice
+keeps running slots side by side. Before a slot's cells are overwritten by another
 conversation they are saved into the conversation state cache (kv_cache.py, the single-stream
 engine's, same guard and folder), and a request whose conversation has a saved state longer
 than any free slot's match is restored into a slot instead of reading its prompt again.
@@ -51,7 +53,7 @@ from deskllm.engine.slots import (  # noqa: E402
     SlotChoice,
     choose_slot,
     common_prefix,
-    least_recent,
+    restore_target,
     reusable,
     share_budget,
 )
@@ -297,7 +299,7 @@ class BatchRuntime:
         found = self._saved_state(run, reused)
         if found is not None:
             state, where, lcp = found
-            target = least_recent(self.slots)
+            target = restore_target(self.slots)
             if target.conversation != run.conversation:
                 self._save_before_overwrite(target)
             problem = self._restore(target, state)
@@ -497,18 +499,22 @@ class BatchRuntime:
         # A prompt's last token is read alone, like a generated one: the single-stream
         # engine does the same, so a lone request decodes exactly as it would there.
         shares = share_budget(len(decoding), [len(r.feed) - 1 for r in prefilling], self.n_batch)
+        chunks = [(run, run.feed[:share]) for run, share in zip(prefilling, shares, strict=True)
+                  if share]  # fmt: skip
+        # In slot order, each slot's tokens together: without a unified KV cache llama.cpp
+        # splits a batch into one sub-batch (one pass over the weights) per run of
+        # consecutive sequence ids in batch order, so streams listed in arrival order cost
+        # several passes a step where one does.
+        planned = [(run, [run.feed[0]], True) for run in decoding]
+        planned += [(run, chunk, False) for run, chunk in chunks]
+        planned.sort(key=lambda item: item[0].slot.index)
         batch, n = self._batch, 0
-        for run in decoding:
-            run.batch_index = n
-            n = self._add(n, run.feed[0], len(run.slot.tokens), run.slot.index, True)
-        chunks: list[tuple[SlotRun, list[int]]] = []
-        for run, share in zip(prefilling, shares, strict=True):
-            if share:
-                chunk = run.feed[:share]
-                chunks.append((run, chunk))
-                pos = len(run.slot.tokens)
-                for i, token in enumerate(chunk):
-                    n = self._add(n, token, pos + i, run.slot.index, False)
+        for run, tokens, wants_logits in planned:
+            if wants_logits:
+                run.batch_index = n
+            pos = len(run.slot.tokens)
+            for i, token in enumerate(tokens):
+                n = self._add(n, token, pos + i, run.slot.index, wants_logits)
         if n == 0:
             return outputs
         batch.n_tokens = n

@@ -58,14 +58,26 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 def choose_slot(slots: Sequence[Slot], prompt: Sequence[int]) -> SlotChoice | None:
     """The free slot whose tokens share the longest prefix with `prompt` (None: all busy).
-    Among equals the one used least recently, so the caches of recent conversations stay.
-    At most all but the last prompt token is reused: its logits must be computed now."""
+    Among equals the one next to the most running slots (see busy_neighbours), then the one
+    used least recently, so the caches of recent conversations stay. At most all but the
+    last prompt token is reused: its logits must be computed now."""
     free = [s for s in slots if s.free]
     if not free:
         return None
-    scored = [(common_prefix(s.tokens, prompt), -s.last_used, -s.index, s) for s in free]
-    lcp, _, _, slot = max(scored, key=lambda item: item[:3])
+    scored = [
+        (common_prefix(s.tokens, prompt), busy_neighbours(slots, s), -s.last_used, -s.index, s)
+        for s in free
+    ]
+    lcp, *_, slot = max(scored, key=lambda item: item[:4])
     return SlotChoice(slot, reusable(lcp, len(prompt)))
+
+
+def busy_neighbours(slots: Sequence[Slot], slot: Slot) -> int:
+    """How many of the slots with the sequence ids next to `slot`'s run a request. Without a
+    unified KV cache llama.cpp decodes each run of consecutive sequence ids of a step in a
+    pass of its own over the weights: running slots side by side make fewer passes."""
+    running = {s.index for s in slots if not s.free}
+    return (slot.index - 1 in running) + (slot.index + 1 in running)
 
 
 def reusable(lcp: int, n_prompt: int) -> int:
@@ -76,10 +88,13 @@ def reusable(lcp: int, n_prompt: int) -> int:
     return kept - 1 if kept > 0 and n_prompt - kept == 2 else kept
 
 
-def least_recent(slots: Sequence[Slot]) -> Slot | None:
-    """The free slot to give up for a restored state: the one used least recently."""
+def restore_target(slots: Sequence[Slot]) -> Slot | None:
+    """The free slot to give up for a restored state: the one next to the most running slots
+    (busy_neighbours), then the one used least recently."""
     free = [s for s in slots if s.free]
-    return min(free, key=lambda s: (s.last_used, s.index)) if free else None
+    if not free:
+        return None
+    return min(free, key=lambda s: (-busy_neighbours(slots, s), s.last_used, s.index))
 
 
 def share_budget(n_decoding: int, prefill_wants: Sequence[int], n_batch: int) -> list[int]:

@@ -7,9 +7,10 @@ from hypothesis import strategies as st
 
 from deskllm.engine.slots import (
     Slot,
+    busy_neighbours,
     choose_slot,
     common_prefix,
-    least_recent,
+    restore_target,
     reusable,
     share_budget,
 )
@@ -48,12 +49,27 @@ def test_no_prompt_chunk_is_a_single_token_where_one_more_can_be_read():
     assert share_budget(0, [5], 1) == [1]  # unless there never is more
 
 
-def test_a_restored_state_goes_into_the_least_recently_used_free_slot():
+def test_a_restored_state_goes_next_to_running_slots_else_into_the_least_recently_used():
     # A slot whose reply is still to be read again is free: its prompt reads what it shares.
     slots = [Slot(0, [1], last_used=3, unread=[2, 3]), Slot(1, last_used=5),
-             Slot(2, last_used=1, request_id=4)]  # fmt: skip
-    assert least_recent(slots).index == 0
-    assert least_recent([Slot(0, request_id=1)]) is None
+             Slot(2, last_used=1), Slot(3, last_used=0, request_id=4)]  # fmt: skip
+    assert restore_target(slots).index == 2  # beside the running slot 3
+    slots[3].request_id = None
+    assert restore_target(slots).index == 3  # none runs: the least recently used
+    assert restore_target([Slot(0, request_id=1)]) is None
+
+
+def test_among_equal_prefixes_a_slot_next_to_running_ones_is_taken():
+    # llama.cpp decodes each run of consecutive sequence ids in a pass of its own: a new
+    # stream beside the running ones adds no pass; one with a gap on both sides would.
+    slots = [Slot(0, request_id=1), Slot(1, [7], last_used=9), Slot(2, [8], last_used=0),
+             Slot(3, [9], last_used=5), Slot(4, request_id=2)]  # fmt: skip
+    assert choose_slot(slots, [1, 2]).slot.index == 3  # beside 4; not 2, used less lately
+    slots[2].request_id, slots[4].request_id = 3, None
+    assert choose_slot(slots, [1, 2]).slot.index == 1  # between two running: no new pass
+    # A longer shared prefix still comes first.
+    slots[4].tokens = [1, 2, 3]
+    assert choose_slot(slots, [1, 2, 3, 4]).slot.index == 4
 
 
 def test_among_slots_sharing_nothing_the_least_recently_used_is_given_up():
@@ -83,6 +99,8 @@ def test_the_choice_is_a_free_slot_with_the_best_prefix_there_is(caches, busy, p
     assert choice.slot.free
     best = max(common_prefix(s.tokens, prompt) for s in free)
     assert common_prefix(choice.slot.tokens, prompt) == best
+    equals = [s for s in free if common_prefix(s.tokens, prompt) == best]
+    assert busy_neighbours(slots, choice.slot) == max(busy_neighbours(slots, s) for s in equals)
     assert choice.reused == reusable(best, len(prompt))
     assert choice.reused <= len(prompt) - 1 and len(prompt) - choice.reused != 2 or not best
 
