@@ -33,6 +33,7 @@ _VERSION = 3
 # the key (UTF-8), the tokens (int32 LE) and llama.cpp's state data.
 _HEADER = struct.Struct("<4sHHHQQ32s")
 _NO_DIGEST = bytes(32)
+_WRITER_IDLE_S = 30.0  # the writer thread ends after this long with nothing to write
 
 
 class KvStateFileError(ValueError):
@@ -280,7 +281,9 @@ class KvStateCache:
     def _write_queued(self) -> None:
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._queued)
+                if not self._cond.wait_for(lambda: self._queued, timeout=_WRITER_IDLE_S):
+                    self._writer = None  # idle: the next state pushed out starts another
+                    return
                 key, state = next(iter(self._queued.items()))
                 self._writing, self._writing_dropped = key, False
             path = self._path(key)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from deskllm.engine import kv_cache
 from deskllm.engine.kv_cache import (
     KvState,
     KvStateCache,
@@ -502,3 +503,19 @@ def test_put_waits_for_the_writer_once_a_ram_budget_of_states_is_queued(tmp_path
     cache.wait_written()
     assert cache.get("b") == (state(2), "disk")
     assert cache.get("c") == (state(3), "ram")
+
+
+def test_the_writer_thread_ends_when_idle_and_the_next_state_pushed_out_starts_another(
+    tmp_path, monkeypatch
+):
+    # Each model load makes a cache: an idle writer must not stay behind for every one.
+    monkeypatch.setattr(kv_cache, "_WRITER_IDLE_S", 0.2)
+    cache = KvStateCache(GUARD, 0, tmp_path, 10 * SIZE)
+    cache.put("a", state(1))
+    writer = cache._writer
+    writer.join(10)
+    assert not writer.is_alive()
+    assert cache.get("a") == (state(1), "disk")
+    cache.put("b", state(2))
+    cache.wait_written()
+    assert cache.get("b") == (state(2), "disk")
