@@ -26,6 +26,10 @@ server's engine is idle (it reads finished replies again in the background). Key
   peer_agg_tps_4       their aggregate, as agg_tps_N
   api_over_peer_1      agg_tps_1 / peer_tps_1 (target >= 1.2)
   agg_over_peer_4      agg_tps_4 / peer_agg_tps_4 (target >= 2)
+  peer_default_tps_1, peer_default_completed_4, peer_default_agg_tps_4,
+  api_over_peer_default_1, agg_over_peer_default_4
+                       the same against llama_cpp.server started with its own defaults, as a
+                       user would start it (no --n_threads: half the cores, 1 on 2 cores)
   ttft_idle_p50        seconds from sending a 1-token request to its first text, alone
   ttft_busy_p95        the same while 3 other streams decode
   ttft_busy_over_idle  ttft_busy_p95 / ttft_idle_p50 (target <= 3)
@@ -68,6 +72,8 @@ GEMMA = Path.home() / ".cache" / "deskllm-bench" / "gemma-3-270m-q4_k_m.gguf"
 SLOTS = 8
 BUSY_STREAMS = 3
 PEER_STREAMS = 4
+# llama_cpp.server with deskllm's thread count, and with its own default (no --n_threads).
+PEER_KINDS = {"peer": True, "peer_default": False}
 MODEL_IDS: dict[str, str] = {}  # each server's URL → the model name its requests give
 REPEATS = 2  # the single-stream tg paths keep the best of this many runs per round, alike
 PROMPTS = [
@@ -113,16 +119,18 @@ def start_deskllm(model_path: str, threads: int, ctx: int) -> tuple[subprocess.P
     return process, url
 
 
-def start_peer(model_path: str, threads: int, ctx: int) -> tuple[subprocess.Popen, str]:
-    """llama-cpp-python's server with its defaults, on the llama.cpp build deskllm uses."""
+def start_peer(model_path: str, threads: int | None, ctx: int) -> tuple[subprocess.Popen, str]:
+    """llama-cpp-python's server on the llama.cpp build deskllm uses, with `threads` (None:
+    its own default) and the context; else its defaults."""
     port = free_port()
     env = dict(os.environ)
     if build.engine_dir() is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(build.engine_dir()), env.get("PYTHONPATH", "")])
+    threads_args = [] if threads is None else [
+        "--n_threads", str(threads), "--n_threads_batch", str(threads)]  # fmt: skip
     process = subprocess.Popen(
         [sys.executable, "-m", "llama_cpp.server", "--model", model_path, "--port", str(port),
-         "--n_threads", str(threads), "--n_threads_batch", str(threads), "--n_ctx", str(ctx),
-         "--verbose", "false"],
+         *threads_args, "--n_ctx", str(ctx), "--verbose", "false"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
@@ -380,17 +388,21 @@ def measure(model_path: str, args: argparse.Namespace, counts: list[int]) -> dic
     extra = extra_bufts_work(model_path)
     raw = RawBatched(params, max(counts), extra)
     prompts = chat_prompts(raw)
-    served = peer = None
+    served = None
+    peers: dict[str, tuple[subprocess.Popen, str]] = {}  # "peer": same threads; "peer_default"
     samples: dict = {"agg": {k: [] for k in counts}, "raw": {k: [] for k in counts},
-                     "peer_1": [], "peer_4": [], "peer_completed_4": [], "peer_stream_tps_4": [],
-                     "bench_tg": [], "api_tg": []}  # fmt: skip
+                     "peer_stream_tps_4": [], "bench_tg": [], "api_tg": []}  # fmt: skip
+    for kind in PEER_KINDS:
+        samples |= {f"{kind}_1": [], f"{kind}_4": [], f"{kind}_completed_4": []}
     try:
         served, url = start_deskllm(model_path, args.threads, args.ctx)
-        peer, peer_url = start_peer(model_path, args.threads, args.ctx)
+        for kind, threads in PEER_KINDS.items():
+            peers[kind] = start_peer(model_path, args.threads if threads else None, args.ctx)
         with EngineClient() as client:
             ModelLoader(client).load(params)
             concurrent(url, 1, 8)  # warm every path alike
-            concurrent(peer_url, 1, 8)
+            for _, peer_url in peers.values():
+                concurrent(peer_url, 1, 8)
             raw.run(prompts[:1], 8)
             bench_tg(client, 8)
             for _ in range(args.rounds):
@@ -399,13 +411,15 @@ def measure(model_path: str, args: argparse.Namespace, counts: list[int]) -> dic
                     samples["agg"][k].append(served_agg(url, k, args.tokens))
                     settle(served)
                     samples["raw"][k].append(raw.run(prompts[:k], args.tokens))
-                samples["peer_1"].append(aggregate(concurrent(peer_url, 1, args.tokens)))
-                runs = concurrent(peer_url, PEER_STREAMS, args.tokens)
-                samples["peer_4"].append(aggregate(runs))
-                samples["peer_completed_4"].append(
-                    sum(1 for r in runs if r.get("finished") and r.get("tokens", 0) > 0)
-                )
-                samples["peer_stream_tps_4"].append([one_stream_tps(r) for r in runs])
+                for kind, (_, peer_url) in peers.items():
+                    samples[f"{kind}_1"].append(aggregate(concurrent(peer_url, 1, args.tokens)))
+                    runs = concurrent(peer_url, PEER_STREAMS, args.tokens)
+                    samples[f"{kind}_4"].append(aggregate(runs))
+                    samples[f"{kind}_completed_4"].append(
+                        sum(1 for r in runs if r.get("finished") and r.get("tokens", 0) > 0)
+                    )
+                    if kind == "peer":
+                        samples["peer_stream_tps_4"].append([one_stream_tps(r) for r in runs])
                 bench, api = [], []
                 for _ in range(REPEATS):  # alternated, each after the server went idle
                     settle(served)
@@ -414,15 +428,17 @@ def measure(model_path: str, args: argparse.Namespace, counts: list[int]) -> dic
                     api.append(api_tg(url, args.tg_tokens))
                 samples["bench_tg"].append(max(bench))
                 samples["api_tg"].append(max(api))
-        stop(peer)  # idle, but the TTFT figures need nothing else in memory's way
-        peer = None
+        for process, _ in peers.values():  # idle, but the TTFT figures need nothing else
+            stop(process)  # in memory's way
+        peers.clear()
         settle(served)
         idle = ttft(url, args.ttft_samples, 0)
         settle(served)
         busy = ttft(url, args.ttft_samples, BUSY_STREAMS)
     finally:
         stop(served)
-        stop(peer)
+        for process, _ in peers.values():
+            stop(process)
         raw.close()
 
     def ratio(a: list[float], b: list[float]) -> float | None:
@@ -444,6 +460,11 @@ def measure(model_path: str, args: argparse.Namespace, counts: list[int]) -> dic
         "peer_agg_tps_4": med(samples["peer_4"]),
         "api_over_peer_1": ratio(agg_1, samples["peer_1"]) if agg_1 else None,
         "agg_over_peer_4": ratio(agg_4, samples["peer_4"]) if agg_4 else None,
+        "peer_default_tps_1": med(samples["peer_default_1"]),
+        "peer_default_completed_4": min(samples["peer_default_completed_4"]),
+        "peer_default_agg_tps_4": med(samples["peer_default_4"]),
+        "api_over_peer_default_1": ratio(agg_1, samples["peer_default_1"]) if agg_1 else None,
+        "agg_over_peer_default_4": ratio(agg_4, samples["peer_default_4"]) if agg_4 else None,
         "ttft_idle_p50": quantile(idle, 0.5),
         "ttft_busy_p95": quantile(busy, 0.95),
         "ttft_busy_over_idle": quantile(busy, 0.95) / quantile(idle, 0.5),

@@ -56,20 +56,29 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
+# Prompt tokens a slot beside running ones may read again rather than open a gap among them:
+# a gap costs a pass over the weights at every step of the reply (see busy_neighbours);
+# these tokens are read once, in one multi-token decode.
+REUSE_SLACK = 64
+
+
 def choose_slot(slots: Sequence[Slot], prompt: Sequence[int]) -> SlotChoice | None:
-    """The free slot whose tokens share the longest prefix with `prompt` (None: all busy).
-    Among equals the one next to the most running slots (see busy_neighbours), then the one
-    used least recently, so the caches of recent conversations stay. At most all but the
-    last prompt token is reused: its logits must be computed now."""
+    """The free slot for `prompt` (None: all busy): of those whose tokens share the longest
+    prefix with it, or within REUSE_SLACK tokens of it, the one next to the most running
+    slots; then the longest prefix; then the one used least recently, so the caches of recent
+    conversations stay. At most all but the last prompt token is reused: its logits must be
+    computed now."""
     free = [s for s in slots if s.free]
     if not free:
         return None
-    scored = [
-        (common_prefix(s.tokens, prompt), busy_neighbours(slots, s), -s.last_used, -s.index, s)
-        for s in free
-    ]
-    lcp, *_, slot = max(scored, key=lambda item: item[:4])
-    return SlotChoice(slot, reusable(lcp, len(prompt)))
+    shared = {s.index: common_prefix(s.tokens, prompt) for s in free}
+    best = max(shared.values())
+    close = [s for s in free if shared[s.index] >= best - REUSE_SLACK]
+    slot = max(
+        close,
+        key=lambda s: (busy_neighbours(slots, s), shared[s.index], -s.last_used, -s.index),
+    )
+    return SlotChoice(slot, reusable(shared[slot.index], len(prompt)))
 
 
 def busy_neighbours(slots: Sequence[Slot], slot: Slot) -> int:

@@ -6,6 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from deskllm.engine.slots import (
+    REUSE_SLACK,
     Slot,
     busy_neighbours,
     choose_slot,
@@ -67,9 +68,13 @@ def test_among_equal_prefixes_a_slot_next_to_running_ones_is_taken():
     assert choose_slot(slots, [1, 2]).slot.index == 3  # beside 4; not 2, used less lately
     slots[2].request_id, slots[4].request_id = 3, None
     assert choose_slot(slots, [1, 2]).slot.index == 1  # between two running: no new pass
-    # A longer shared prefix still comes first.
-    slots[4].tokens = [1, 2, 3]
-    assert choose_slot(slots, [1, 2, 3, 4]).slot.index == 4
+    # Up to REUSE_SLACK more shared tokens do not open a gap; more than that do.
+    long_prompt = list(range(100, 100 + REUSE_SLACK + 10))
+    slots[4].tokens = long_prompt[:REUSE_SLACK]
+    assert choose_slot(slots, long_prompt).slot.index == 1
+    slots[4].tokens = long_prompt[: REUSE_SLACK + 2]
+    choice = choose_slot(slots, long_prompt)
+    assert choice.slot.index == 4 and choice.reused == REUSE_SLACK + 2
 
 
 def test_among_slots_sharing_nothing_the_least_recently_used_is_given_up():
@@ -89,7 +94,9 @@ def test_running_streams_get_their_token_before_any_prompt_chunk():
     st.lists(st.booleans(), min_size=6, max_size=6),
     st.lists(st.integers(0, 3), min_size=1, max_size=8),
 )
-def test_the_choice_is_a_free_slot_with_the_best_prefix_there_is(caches, busy, prompt):
+def test_the_choice_is_beside_the_most_running_slots_of_those_near_the_best_prefix(
+    caches, busy, prompt
+):
     slots = [Slot(i, list(c), request_id=i if busy[i] else None) for i, c in enumerate(caches)]
     choice = choose_slot(slots, prompt)
     free = [s for s in slots if s.free]
@@ -97,10 +104,13 @@ def test_the_choice_is_a_free_slot_with_the_best_prefix_there_is(caches, busy, p
         assert choice is None
         return
     assert choice.slot.free
-    best = max(common_prefix(s.tokens, prompt) for s in free)
-    assert common_prefix(choice.slot.tokens, prompt) == best
-    equals = [s for s in free if common_prefix(s.tokens, prompt) == best]
-    assert busy_neighbours(slots, choice.slot) == max(busy_neighbours(slots, s) for s in equals)
+    shared = {s.index: common_prefix(s.tokens, prompt) for s in free}
+    close = [s for s in free if shared[s.index] >= max(shared.values()) - REUSE_SLACK]
+    assert choice.slot in close
+    most = max(busy_neighbours(slots, s) for s in close)
+    assert busy_neighbours(slots, choice.slot) == most
+    best = max(shared[s.index] for s in close if busy_neighbours(slots, s) == most)
+    assert shared[choice.slot.index] == best
     assert choice.reused == reusable(best, len(prompt))
     assert choice.reused <= len(prompt) - 1 and len(prompt) - choice.reused != 2 or not best
 
