@@ -121,7 +121,7 @@ def start_deskllm(model_path: str, threads: int, ctx: int) -> tuple[subprocess.P
 
 def start_peer(model_path: str, threads: int | None, ctx: int) -> tuple[subprocess.Popen, str]:
     """llama-cpp-python's server on the llama.cpp build deskllm uses, with `threads` (None:
-    its own default) and the context; else its defaults."""
+    its own default thread count) and the context; its own defaults otherwise."""
     port = free_port()
     env = dict(os.environ)
     if build.engine_dir() is not None:
