@@ -4,7 +4,8 @@ Continuous batching as llama-server does it: each `step()` is one `llama_decode`
 token of every generating slot plus prompt chunks of the slots still reading their prompt
 (chunked prefill: a long prompt never stalls the running streams for more than one step),
 then every slot that asked for logits samples with its own sampler chain. A request goes to
-the free slot whose cached tokens share the longest prefix with its prompt (slots.py).
+the free slot whose cached tokens share the longest prefix with its prompt, or one beside
+running slots that shares nearly as much (slots.py).
 
 The KV cache is not unified: each slot owns `n_ctx_seq` cells (the per-slot context), so one
 long conversation cannot starve the others. llama.cpp then reads the weights once per run of
