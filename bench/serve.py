@@ -61,8 +61,8 @@ from deskllm import settings as settings_mod
 from deskllm.cli.chat import resolve_model
 from deskllm.engine.chat_template import ChatTemplate
 from deskllm.engine.client import EngineClient
+from deskllm.engine.llama_model import L, LlamaModel
 from deskllm.engine.protocol import ChatMessage, LoadParams, Sampling
-from deskllm.engine.runtime import KV_TYPE_IDS, L, LlamaRuntime, _init_backend
 from deskllm.llamacpp import build
 from deskllm.loader import ModelLoader
 from deskllm.loader.params import params_from_settings
@@ -150,7 +150,7 @@ def stop(process: subprocess.Popen | None) -> None:
 
 
 def settle(process: subprocess.Popen, timeout_s: float = 15.0) -> None:
-    """Wait until a server and its engine are idle: after a reply the batched engine reads it
+    """Wait until a server and its engine are idle: after a reply the engine reads it
     again in the background (its cells then equal a cold read), and that work must not fall
     into the next measurement, whichever path it times."""
     import psutil
@@ -301,39 +301,14 @@ def api_tg(url: str, tokens: int) -> float:
 
 
 # The plain batched loop ---------------------------------------------------------------------
-class RawBatched:
+class RawBatched(LlamaModel):
     """llama-batched-bench's measurement from ctypes: one context holding `n_seq` sequences
-    as the server's (its per-sequence context, batch size, KV type), no scheduler."""
-
-    # The engine's tokenizer and chat template, so the prompts are the server's tokens.
-    chat_template = LlamaRuntime.chat_template
-    token_text = LlamaRuntime.token_text
-    bos_text = LlamaRuntime.bos_text
-    eos_text = LlamaRuntime.eos_text
-    tokenize = LlamaRuntime.tokenize
+    as the server's (the engine's own model and context: its per-sequence context, batch
+    size, KV type and tokenizer, so the prompts are the server's tokens), no scheduler."""
 
     def __init__(self, params: LoadParams, n_seq: int, extra_bufts: bool) -> None:
+        super().__init__(params, extra_bufts, n_slots=n_seq)
         self.L = L
-        _init_backend()
-        mparams = L.llama_model_default_params()
-        mparams.use_extra_bufts = extra_bufts
-        self.model = L.llama_model_load_from_file(params.model_path.encode(), mparams)
-        if not self.model:
-            raise RuntimeError(f"llama.cpp could not load {params.model_path}")
-        self.vocab = L.llama_model_get_vocab(self.model)
-        cparams = L.llama_context_default_params()
-        cparams.n_ctx = params.n_ctx * n_seq
-        cparams.n_batch = cparams.n_ubatch = params.n_batch
-        cparams.n_seq_max = n_seq
-        cparams.kv_unified = False
-        cparams.n_threads = cparams.n_threads_batch = params.n_threads
-        cparams.type_k = cparams.type_v = KV_TYPE_IDS[params.kv_type]
-        cparams.flash_attn_type = (L.LLAMA_FLASH_ATTN_TYPE_ENABLED if params.flash_attn
-                                   else L.LLAMA_FLASH_ATTN_TYPE_DISABLED)  # fmt: skip
-        self.ctx = L.llama_init_from_model(self.model, cparams)
-        if not self.ctx:
-            raise RuntimeError("llama.cpp could not create the context")
-        self.n_batch = params.n_batch
         self.batch = L.llama_batch_init(params.n_batch, 0, 1)
         self.greedy = L.llama_sampler_init_greedy()
 
@@ -364,11 +339,9 @@ class RawBatched:
         return len(prompts) * (tokens - 1) / (time.perf_counter() - start)
 
     def close(self) -> None:
-        L = self.L
-        L.llama_sampler_free(self.greedy)
-        L.llama_batch_free(self.batch)
-        L.llama_free(self.ctx)
-        L.llama_model_free(self.model)
+        self.L.llama_sampler_free(self.greedy)
+        self.L.llama_batch_free(self.batch)
+        super().close()
 
 
 def chat_prompts(raw: RawBatched) -> list[list[int]]:

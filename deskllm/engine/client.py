@@ -1,21 +1,34 @@
-"""EngineClient: the one Qt-free API to the engine process, used by the CLI and the GUI.
+"""EngineClient: the one Qt-free API to the engine process, for one reply or many at once;
+the CLI, the window, the API server and the benchmarks all use it. Thread-safe: any thread may
+read its own Reply while others do.
 
-The worker is a separate OS process (multiprocessing "spawn", which also works in a frozen app):
-a segfault, an abort inside ggml or the out-of-memory killer ends the worker, never the app.
-The client turns the death into an `Exited` event with the reason, and the next request starts
-a fresh worker and loads the last model again.
+    client = EngineClient(n_slots=4)     # 1 (the default): one reply at a time, others wait
+    client.load(params)                  # params.n_ctx: the context of one slot
+    replies = [client.chat("api", messages_i, sampling) for ...]   # each read in its thread
+
+The worker is a separate OS process (multiprocessing "spawn", which also works in a frozen
+app): a segfault, an abort inside ggml or the out-of-memory killer ends the worker, never the
+app. A reader thread takes every event off the pipe (one step's events come as one message)
+and hands it to the Reply whose request id it carries. `start()` instead hands a reply's
+events to a callback on that reader thread (the API server's many streams): no thread wakes
+per reply and step, which on a machine with as many cores as engine threads slows every stream.
+
+When the worker dies (crash, kill, out of memory) or stops answering for `hang_timeout_s`
+while it owes events, every open reply ends with Exited and the reason, and the next chat
+starts a fresh worker with the same model (unless it died CRASH_LIMIT times in a row).
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import itertools
 import logging
 import multiprocessing
 import os
+import queue
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import wait
 from pathlib import Path
@@ -44,6 +57,7 @@ from deskllm.engine.protocol import (
     Shutdown,
     Status,
     StatusReport,
+    StepEvents,
     Unload,
 )
 from deskllm.engine.reply import Reply
@@ -61,6 +75,9 @@ _SIGNAL_WORDS = {
     signal.SIGBUS: "crashed (bus error: the model file may have changed on disk)",
     signal.SIGTERM: "was terminated (SIGTERM)",
 }
+_CONTROL = -1  # the mailbox of events that belong to no reply (load progress, load errors)
+_STATUS = -2  # the mailbox of StatusReports (status(), unload())
+_FINAL = (Done, Error, Exited)
 
 
 def delete_saved_states(params: LoadParams | None, conversation_id: str) -> None:
@@ -82,47 +99,85 @@ def exit_reason(exitcode: int | None) -> str:
     return f"the engine exited with status {exitcode}"
 
 
-class EngineClient:
-    """Talks to one engine process: a pure process client (it knows nothing of the planner,
-    the store or the settings; `deskllm.loader.ModelLoader` decides what to load). Thread-safe:
-    one request at a time; cancel() from any thread.
-
-    Faults it handles: a worker that dies is reported as Exited with the reason, and the next
-    chat starts a fresh worker with the same model, unless that model ended the engine
-    CRASH_LIMIT times in a row; a worker that stops answering for `hang_timeout_s` while it
-    owes an answer is ended and reported the same way."""
+class _Sink:
+    """The mailbox of a reply started with start(): events go to its callback, and its last
+    one closes it (Exited from a dead engine included)."""
 
     def __init__(
-        self, log_level: int = logging.WARNING, hang_timeout_s: float | None = None
+        self,
+        rid: int,
+        on_events: Callable[[list[Event]], None],
+        close: Callable[[int], None],
     ) -> None:
+        self.rid = rid
+        self.on_events = on_events
+        self.close = close
+        self.closed = False
+
+    def put(self, event: Event) -> None:
+        self.put_many([event])
+
+    def put_many(self, events: list[Event]) -> None:
+        if self.closed:
+            return
+        if isinstance(events[-1], _FINAL):
+            self.closed = True
+            self.close(self.rid)
+        try:
+            self.on_events(events)
+        except Exception:  # a failing callback must not end the reader of every reply
+            log.exception("a reply's event callback failed")
+
+
+class EngineClient:
+    """Talks to one engine process with `n_slots` slots: a pure process client (it knows
+    nothing of the planner, the store or the settings; `deskllm.loader.ModelLoader` decides
+    what to load)."""
+
+    def __init__(
+        self,
+        n_slots: int = 1,
+        log_level: int = logging.WARNING,
+        hang_timeout_s: float | None = None,
+    ) -> None:
+        if n_slots < 1:
+            raise ValueError("n_slots must be 1 or more")
+        self.n_slots = n_slots
         self._ctx = multiprocessing.get_context("spawn")
         self._process = None
         self._conn = None
-        self._env: dict[str, str] = {}
-        self._send_lock = threading.Lock()
-        self._request_lock = threading.Lock()
-        self._ids = itertools.count(1)
         self._log_level = log_level
         self.hang_timeout_s = HANG_TIMEOUT_S if hang_timeout_s is None else hang_timeout_s
-        self.params: LoadParams | None = None  # what to reload after a crash
+        self._send_lock = threading.Lock()
+        self._lock = threading.Lock()  # the mailboxes, and starting or loading a worker
+        self._load_lock = threading.Lock()
+        # Each open reply's (and a load's) queue of events, with the process that owes them.
+        self._mailboxes: dict[int, tuple[queue.Queue, object]] = {}
+        self._ids = itertools.count(1)
+        self._cancelled: set[int] = set()  # cancelled replies, perhaps before they were sent
+        self._chats: set[int] = set()  # replies read through chat(), until they end
+        self._status_lock = threading.Lock()  # one StatusReport asked for at a time
+        self.params: LoadParams | None = None
         self.loaded: Loaded | None = None
         self.crashes = 0  # engine deaths in a row with self.params (a finished reply resets it)
+        self.loads = 0  # models loaded (a reload after a crash too)
+        self._env: dict[str, str] = {}  # the worker's environment (device_env)
 
     # Process ----------------------------------------------------------------------------------
     @property
     def pid(self) -> int | None:
         return self._process.pid if self._process and self._process.is_alive() else None
 
-    def _ensure_process(self, env: dict[str, str] | None = None) -> None:
-        """A live worker whose environment is `env` (settings ggml reads once per process,
-        such as the visible Vulkan devices: a change needs a fresh worker)."""
-        env = env or {}
-        if self._process is not None and self._process.is_alive():
-            if env == self._env:
-                return
-            self.close()
+    @property
+    def slot_ctx(self) -> int:
+        """The context of one slot, in tokens (0 before a load)."""
+        return self.loaded.n_ctx // self.n_slots if self.loaded else 0
+
+    def _start_process(self, env: dict[str, str]) -> None:
         from deskllm.engine.worker import worker_main
 
+        self._stop_process()
+        self._env = env
         parent, child = self._ctx.Pipe()
         process = self._ctx.Process(
             target=worker_main,
@@ -130,77 +185,166 @@ class EngineClient:
             name="deskllm-engine",
             daemon=True,
         )
-        self._env = env
         process.start()
         child.close()
         self._process, self._conn = process, parent
         self.loaded = None
+        threading.Thread(target=self._read_events, args=(process, parent),
+                         name="deskllm-engine-events", daemon=True).start()  # fmt: skip
 
     def _send(self, request: object) -> None:
         with self._send_lock:
             self._conn.send(request)
 
-    def _events(self, request_id: int | None = None) -> Iterator[Event]:
-        """Events from the worker until the caller stops; ends with Exited if it dies or
-        hangs. Heartbeats only keep the deadline away; they are not passed on."""
-        process, conn = self._process, self._conn
+    def _deliver(self, key: int, event: Event) -> None:
+        if isinstance(event, Done):
+            self.crashes = 0  # a reply finished: the engine works
+        with self._lock:
+            entry = self._mailboxes.get(key)
+        if entry is not None:
+            entry[0].put(event)
+
+    def _deliver_step(self, events: tuple[Event, ...]) -> None:
+        """One step's events, each to its reply, the mailboxes looked up under one lock; a
+        sink gets its reply's events of the step in one call."""
+        with self._lock:
+            boxes = [self._mailboxes.get(event.request_id) for event in events]
+        sinks: dict[int, tuple[_Sink, list[Event]]] = {}
+        for entry, event in zip(boxes, events, strict=True):
+            if isinstance(event, Done):
+                self.crashes = 0  # a reply finished: the engine works
+            if entry is None:
+                continue
+            box = entry[0]
+            if isinstance(box, _Sink):
+                sinks.setdefault(event.request_id, (box, []))[1].append(event)
+            else:
+                box.put(event)
+        for box, its_events in sinks.values():
+            box.put_many(its_events)
+
+    def _read_events(self, process, conn) -> None:
+        """Hand each event to its reply; on the worker's death, Exited to every open one."""
         hung = False
+        last_seen = time.monotonic()
         while True:
-            ready = wait([conn, process.sentinel], timeout=self.hang_timeout_s)
-            if not ready:
-                hung = True
-                log.warning("the engine sent nothing for %.0f s; ending it", self.hang_timeout_s)
-                process.kill()
-                break
-            # When only the process ended, the pipe may still hold what it sent before.
-            if conn not in ready and not conn.poll(0):
-                break
             try:
+                ready = wait([conn, process.sentinel], timeout=1.0)
+            except (OSError, ValueError):  # the client closed the pipe (close, a new load)
+                break
+            now = time.monotonic()
+            if not ready:
+                with self._lock:
+                    owed = any(owner is process for _box, owner in self._mailboxes.values())
+                if owed and now - last_seen > self.hang_timeout_s:
+                    hung = True
+                    log.warning("the engine sent nothing for %.0f s; ending it",
+                                self.hang_timeout_s)  # fmt: skip
+                    process.kill()
+                    break
+                if not owed:
+                    last_seen = now
+                continue
+            try:
+                if conn not in ready and not conn.poll(0):
+                    break
                 event = conn.recv()
-            except (EOFError, OSError):
-                break  # the worker's end of the pipe is closed: it has ended
-            if not isinstance(event, Heartbeat):
-                yield event
+            except (EOFError, OSError, ValueError):
+                break
+            last_seen = now
+            if isinstance(event, StepEvents):
+                self._deliver_step(event.events)
+                continue
+            if isinstance(event, Heartbeat):
+                continue
+            if isinstance(event, StatusReport):
+                self._deliver(_STATUS, event)
+                continue
+            rid = getattr(event, "request_id", None)
+            self._deliver(_CONTROL if rid is None else rid, event)
         process.join(5)
-        if process.is_alive():  # the pipe broke but the process hangs on: end it
+        if process.is_alive():
             process.kill()
             process.join(5)
-        self.loaded = None
+        if self._process is process:
+            self.loaded = None
         if hung:
-            reason = (f"the engine stopped answering for {self.hang_timeout_s:.0f} s and was "
-                      "ended")  # fmt: skip
-            yield Exited(reason, process.exitcode, request_id, ErrorKind.HUNG)
+            reason, kind = (f"the engine stopped answering for {self.hang_timeout_s:.0f} s and "
+                            "was ended"), ErrorKind.HUNG  # fmt: skip
         else:
-            yield Exited(exit_reason(process.exitcode), process.exitcode, request_id)
+            reason, kind = exit_reason(process.exitcode), ErrorKind.EXITED
+        with self._lock:
+            boxes = [(k, box) for k, (box, owner) in self._mailboxes.items() if owner is process]
+        if boxes:
+            self.crashes += 1  # one death, however many replies it ended
+        for key, box in boxes:
+            box.put(Exited(reason, process.exitcode, None if key == _CONTROL else key, kind))
+
+    def _stop_process(self, timeout: float = 10.0) -> None:
+        process = self._process
+        if process is None:
+            return
+        if process.is_alive():
+            with contextlib.suppress(OSError, ValueError):
+                self._send(Shutdown())
+            process.join(timeout)
+            if process.is_alive():
+                process.kill()
+                process.join()
+        if self._conn is not None:
+            self._conn.close()
+        self._process = self._conn = None
+        self.loaded = None
 
     # API --------------------------------------------------------------------------------------
     def load(
-        self, params: LoadParams, on_progress: Callable[[float], None] | None = None
+        self,
+        params: LoadParams,
+        on_progress: Callable[[float], None] | None = None,
+        n_slots: int | None = None,
     ) -> Loaded:
-        """Load a model as `params` say (replacing the current one): no checks, no defaults
-        chosen here (the worker fills n_ctx 0 and n_threads 0). Raises EngineError."""
-        with self._request_lock:
+        """Load `params`' model with n_slots slots of params.n_ctx tokens (a fresh worker),
+        replacing the current one: no checks, no defaults chosen here (the worker fills n_ctx
+        0 and n_threads 0). `n_slots`: a new slot count (else the client's). Raises
+        EngineError. Loaded.n_ctx is the whole context: n_slots × the slot's."""
+        if n_slots is not None:
+            if n_slots < 1:
+                raise ValueError("n_slots must be 1 or more")
+            self.n_slots = n_slots
+        with self._load_lock:
             self.crashes = 0
             return self._load_locked(params, on_progress)
 
     def _load_locked(
         self, params: LoadParams, on_progress: Callable[[float], None] | None = None
     ) -> Loaded:
-        self._ensure_process(device_env(params))
-        self._send(Load(params))
-        for event in self._events():
-            if isinstance(event, LoadProgress):
-                if on_progress:
-                    on_progress(event.fraction)
-            elif isinstance(event, Loaded):
-                self.params, self.loaded = params, event
-                return event
-            elif isinstance(event, Error):
-                raise EngineError(event.reason, event.kind)
-            elif isinstance(event, Exited):
-                name = Path(params.model_path).name
-                raise EngineError(f"{event.reason} while loading {name}", event.kind)
-        raise EngineError("the engine ended without answering")
+        box: queue.Queue = queue.Queue()
+        env = device_env(params)
+        # A live worker loads in place (it frees the model it had first); settings ggml reads
+        # once per process, such as the visible devices, need a fresh one.
+        if self._process is None or not self._process.is_alive() or env != self._env:
+            self._start_process(env)
+        with self._lock:
+            self._mailboxes[_CONTROL] = (box, self._process)
+        try:
+            self._send(Load(params, self.n_slots))
+            while True:
+                event = box.get()
+                if isinstance(event, LoadProgress):
+                    if on_progress:
+                        on_progress(event.fraction)
+                elif isinstance(event, Loaded):
+                    self.params, self.loaded = params, event
+                    self.loads += 1
+                    return event
+                elif isinstance(event, Error):
+                    raise EngineError(event.reason, event.kind)
+                elif isinstance(event, Exited):
+                    name = Path(params.model_path).name
+                    raise EngineError(f"{event.reason} while loading {name}", event.kind)
+        finally:
+            with self._lock:
+                self._mailboxes.pop(_CONTROL, None)
 
     def chat(
         self,
@@ -214,162 +358,203 @@ class EngineClient:
         tools_json: str | None = None,
         raw_prompt: str | None = None,
     ) -> Reply:
-        """One reply, streaming as it is read (see Reply). Nothing is sent until the reply
-        is read; a reply read while another streams waits for it (or raises EngineBusy with
-        wait_if_busy=False). `continue_reply`: the last message is a partial assistant reply
-        and the Reply is its continuation (the new text only). `drop_old_turns` False: a
-        conversation that does not fit fails (kind CONTEXT) before it is evaluated.
-        `tools_json`: the tools the model may call (OpenAI's list as JSON text), given to the
-        chat template. `raw_prompt`: a text to continue as it is, without the template."""
-        request = Chat(0, conversation_id, tuple(messages), sampling or Sampling(),
+        """One reply, streaming as it is read; nothing is sent until it is read. Replies read
+        at once share the engine's slots (more than n_slots wait inside the engine, or raise
+        EngineBusy on their first read with wait_if_busy=False).
+        `conversation_id` is not used to find a cache: the slot whose tokens share the longest
+        prefix with the prompt is taken, whichever conversation left them; before another
+        conversation overwrites a slot, its cells are saved under `conversation_id`, and its
+        next turn restores them if no slot matches as far. `continue_reply`: the last message
+        is a partial assistant reply and the Reply is its continuation (the new text only).
+        `drop_old_turns` False: a conversation that does not fit fails (kind CONTEXT) before
+        it is evaluated. `tools_json`: the tools the model may call (OpenAI's list as JSON
+        text), given to the chat template. `raw_prompt`: a text to continue as it is, without
+        the template."""
+        request_id = next(self._ids)
+        request = Chat(request_id, conversation_id, tuple(messages), sampling or Sampling(),
                        continue_reply, drop_old_turns, tools_json, raw_prompt)  # fmt: skip
         events = self._chat_events(request, wait_if_busy)
-        return Reply(events, self.cancel)
+        return Reply(events, lambda: self.cancel_request(request_id))
 
-    def _chat_events(self, request: Chat, wait_if_busy: bool) -> Iterator[Event]:
-        """The events of one reply, holding the request lock until it ends or its reader
-        drops it (the lock is taken on the first read, so an unread reply holds nothing)."""
-        if not self._request_lock.acquire(blocking=wait_if_busy):
-            raise EngineBusy()
-        try:
-            restarted = self._restart_if_needed()
-            if restarted is not None:
-                yield restarted
-                return
-            request_id = next(self._ids)
-            self._send(dataclasses.replace(request, request_id=request_id))
-            for event in self._events(request_id):
-                if getattr(event, "request_id", request_id) not in (request_id, None):
-                    continue  # late events of an earlier, abandoned request
-                if isinstance(event, Exited):
-                    self.crashes += 1
-                elif isinstance(event, Done):
-                    self.crashes = 0
-                yield event
-                if isinstance(event, Done | Error | Exited):
-                    return
-        finally:
-            self._request_lock.release()
+    def start(
+        self,
+        conversation_id: str,
+        messages: list[ChatMessage] | tuple[ChatMessage, ...],
+        sampling: Sampling | None,
+        on_events: Callable[[list[Event]], None],
+        *,
+        tools_json: str | None = None,
+        raw_prompt: str | None = None,
+    ) -> int:
+        """chat(), with the reply's events given to `on_events` as they arrive (each step's
+        in one call, the last one ending with Done, Error or Exited) instead of a Reply to
+        read on a thread of its own. `on_events` runs on the reader thread: it must be quick
+        and never block. May restart a dead engine first (blocking). Returns the request id,
+        for cancel_request()."""
+        rid = next(self._ids)
+        request = Chat(rid, conversation_id, tuple(messages), sampling or Sampling(),
+                       tools_json=tools_json, raw_prompt=raw_prompt)  # fmt: skip
+        restarted = self._open(request, _Sink(rid, on_events, self._drop_mailbox))
+        if restarted is not None:
+            on_events([restarted])
+        return rid
+
+    def _drop_mailbox(self, rid: int) -> None:
+        with self._lock:
+            self._mailboxes.pop(rid, None)
+            self._chats.discard(rid)
+        self._cancelled.discard(rid)
 
     def embed(self, texts: list[str] | tuple[str, ...]) -> Embeddings:
-        """Pooled, unit-length embeddings of `texts` (waits while a reply streams). Raises
-        EngineError."""
-        with self._request_lock:
-            failed = self._restart_if_needed()
-            if failed is not None:
-                raise EngineError(failed.reason, failed.kind)
-            request_id = next(self._ids)
-            self._send(Embed(request_id, tuple(texts)))
-            for event in self._events(request_id):
-                if getattr(event, "request_id", request_id) not in (request_id, None):
-                    continue  # late events of an earlier, abandoned request
-                if isinstance(event, Embeddings):
-                    return event
-                if isinstance(event, Error | Exited):
-                    raise EngineError(event.reason, event.kind)
+        """Pooled, unit-length embeddings of `texts`, made between two steps of the running
+        replies. Raises EngineError."""
+        for event in self._chat_events(Embed(next(self._ids), tuple(texts))):
+            if isinstance(event, Embeddings):
+                return event
+            if isinstance(event, Error | Exited):
+                raise EngineError(event.reason, event.kind)
         raise EngineError("the engine ended without answering")
 
-    def _restart_if_needed(self) -> Error | None:
-        """Start a fresh engine with the last model after a crash; an Error when it cannot."""
-        if self.loaded is not None and self._process is not None and self._process.is_alive():
-            return None
-        if self.params is None:
-            return Error(None, "no model is loaded", ErrorKind.NO_MODEL)
-        name = Path(self.params.model_path).name
-        if self.crashes >= CRASH_LIMIT:
-            return Error(
-                None,
-                f"{name} ended the engine {self.crashes} times in a row, so it is not loaded "
-                "again by itself. Load it again to retry, or try it with fewer GPU layers or "
-                "a smaller context.",
-                ErrorKind.CRASH_LOOP,
-            )
+    def _chat_events(self, request: Chat | Embed, wait_if_busy: bool = True) -> Iterator[Event]:
+        rid = request.request_id
+        box: queue.Queue = queue.Queue()
+        finished = False
+        with self._lock:
+            if not wait_if_busy and len(self._chats) >= self.n_slots:
+                raise EngineBusy()
+            if isinstance(request, Chat):
+                self._chats.add(rid)
         try:
-            self._load_locked(self.params)
-        except EngineError as exc:
-            return Error(None, f"could not restart the engine: {exc}", exc.kind)
+            restarted = self._open(request, box)
+            if restarted is not None:
+                finished = True
+                yield restarted
+                return
+            while True:
+                event = box.get()
+                if isinstance(event, Done | Embeddings | Error | Exited):
+                    finished = True
+                yield event
+                if finished:
+                    return
+        finally:
+            self._drop_mailbox(rid)
+            if not finished:
+                self.cancel_request(rid)  # its reader left: free the slot
+
+    def _open(self, request: Chat | Embed, box: queue.Queue | _Sink) -> Error | None:
+        """Make `box` the request's mailbox and send the request, after restarting a dead
+        engine; the Error (nothing sent, no mailbox) when it could not be restarted."""
+        rid = request.request_id
+        restarted = self._restart_if_needed(rid)
+        if restarted is not None:
+            return restarted
+        with self._lock:
+            self._mailboxes[rid] = (box, self._process)
+        if not self._process.is_alive():  # died since: its reader may have passed us by
+            box.put(Exited(exit_reason(self._process.exitcode), self._process.exitcode, rid))
+            return None
+        with contextlib.suppress(OSError, ValueError):  # a broken pipe: Exited follows
+            self._send(request)
+            if rid in self._cancelled:  # stopped before it was sent: stop it now
+                self._send(Cancel(rid))
         return None
 
+    def _restart_if_needed(self, rid: int) -> Error | None:
+        """A fresh engine with the last model after a crash; an Error when it cannot."""
+        with self._load_lock:
+            if self.loaded is not None and self._process is not None and self._process.is_alive():
+                return None
+            if self.params is None:
+                return Error(rid, "no model is loaded", ErrorKind.NO_MODEL)
+            name = Path(self.params.model_path).name
+            if self.crashes >= CRASH_LIMIT:
+                return Error(
+                    rid,
+                    f"{name} ended the engine {self.crashes} times in a row, so it is not "
+                    "loaded again by itself. Load it again to retry, or try it with fewer GPU "
+                    "layers or a smaller context.",
+                    ErrorKind.CRASH_LOOP,
+                )
+            try:
+                self._load_locked(self.params)
+            except EngineError as exc:
+                return Error(rid, f"could not restart the engine: {exc}", exc.kind)
+            return None
+
     def restart(self, on_progress: Callable[[float], None] | None = None) -> Loaded | None:
-        """End the engine process (whatever it is doing) and load the same model again in a
-        fresh one; None when no model was loaded."""
+        """End the engine process (whatever it is doing; every open reply ends) and load the
+        same model with the same slots in a fresh one; None when no model was loaded."""
         params = self.params
-        self.close(timeout=2.0)
+        self._stop_process(timeout=2.0)
         return self.load(params, on_progress) if params is not None else None
 
-    def cancel(self) -> None:
-        """Stop the reply being generated (or the prompt being read). Safe from any thread."""
+    def cancel_request(self, request_id: int) -> None:
+        """Stop one reply, waiting or running, or before it is read. Safe from any thread."""
+        self._cancelled.add(request_id)
         if self._process is not None and self._process.is_alive():
             with contextlib.suppress(OSError, ValueError):
-                self._send(Cancel())
+                self._send(Cancel(request_id))
 
-    def kill(self) -> None:
-        """End the engine process now, from any thread (a stuck reply's reader gets Exited)."""
-        process = self._process
-        if process is not None and process.is_alive():
-            process.kill()
+    def cancel(self) -> None:
+        """Stop every reply read through chat() (the prompt being read too). Safe from any
+        thread; replies started with start() are stopped by their request id."""
+        with self._lock:
+            replies = list(self._chats)
+        for rid in replies:
+            self.cancel_request(rid)
 
     def forget(self, conversation_id: str) -> None:
-        """Drop a conversation's KV state (RAM and disk), e.g. after it was deleted. A running
-        worker does it (between steps, even while a reply streams); without one, the files
-        are deleted here."""
+        """Drop a conversation's KV states (RAM, slots and disk), e.g. after it was deleted.
+        The running engine does it between steps; without one, the files are deleted here."""
         if self._process is not None and self._process.is_alive():
             with contextlib.suppress(OSError, ValueError):
                 self._send(Forget(conversation_id))
                 return
         delete_saved_states(self.params, conversation_id)
 
+    def kill(self) -> None:
+        """End the engine process now (every open reply gets Exited)."""
+        process = self._process
+        if process is not None and process.is_alive():
+            process.kill()
+
     def status(self) -> StatusReport | None:
-        if self._process is None or not self._process.is_alive():
-            return None
-        if self._request_lock.locked():
-            # The chat stream owns the pipe's events; report what the client knows.
-            return StatusReport(
-                loaded=self.loaded is not None,
-                model_path=self.params.model_path if self.params else None,
-                n_ctx=self.loaded.n_ctx if self.loaded else 0,
-                busy=True,
-                cached_conversations=(),
-                rss_bytes=0,
-            )
-        with self._request_lock:
-            self._send(Status())
-            for event in self._events():
-                if isinstance(event, StatusReport):
-                    return event
-                if isinstance(event, Exited):
-                    return None
-        return None
+        """What the engine holds and does now (None: no engine runs). Answered by the
+        worker's reader thread, so it comes while replies stream."""
+        return self._ask_status(Status())
 
     def unload(self) -> None:
-        """Free the model. The KV states are written to disk first."""
+        """Free the model (every open reply ends); the KV states are written to disk first."""
         self.params = None
-        if self._process is None or not self._process.is_alive():
-            return
-        with self._request_lock:
-            self._send(Unload())
-            for event in self._events():
-                if isinstance(event, StatusReport | Exited):
-                    break
+        self._ask_status(Unload())
         self.loaded = None
 
-    def close(self, timeout: float = 10.0) -> None:
-        """End the worker (saving KV states), killing it if it does not end in time."""
+    def _ask_status(self, request: Status | Unload) -> StatusReport | None:
         process = self._process
-        if process is None:
-            return
-        if process.is_alive():
-            self.cancel()
-            with contextlib.suppress(OSError, ValueError):
-                self._send(Shutdown())
-            process.join(timeout)
-            if process.is_alive():
-                process.kill()
-                process.join()
-        if self._conn is not None:
-            self._conn.close()
-        self._process = self._conn = None
-        self.loaded = None
+        if process is None or not process.is_alive():
+            return None
+        with self._status_lock:
+            box: queue.Queue = queue.Queue()
+            with self._lock:
+                self._mailboxes[_STATUS] = (box, process)
+            try:
+                with contextlib.suppress(OSError, ValueError):
+                    self._send(request)
+                try:
+                    event = box.get(timeout=self.hang_timeout_s)
+                except queue.Empty:  # it died before its mailbox was registered
+                    return None
+                return event if isinstance(event, StatusReport) else None
+            finally:
+                with self._lock:
+                    self._mailboxes.pop(_STATUS, None)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """End the worker (its KV states are saved), killing it if it does not end in time.
+        The model is kept as `params`: a later chat starts the engine with it again."""
+        self.cancel()
+        self._stop_process(timeout)
 
     def __enter__(self) -> EngineClient:
         return self

@@ -12,7 +12,7 @@ import ctypes
 from collections.abc import Callable, Sequence
 
 from deskllm.engine.errors import EngineError, ErrorKind
-from deskllm.engine.runtime import L
+from deskllm.engine.llama_model import L
 
 MAX_EMBED_CTX = 2048  # tokens of one text; the context's KV cache is sized for this
 

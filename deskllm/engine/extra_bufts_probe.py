@@ -25,13 +25,14 @@ PROBE_TIMEOUT_S = 120.0
 
 def _probe_child(model_path: str) -> None:
     from deskllm.engine.protocol import LoadParams, Sampling
-    from deskllm.engine.runtime import LlamaRuntime
+    from deskllm.engine.scheduler import Scheduler
 
-    runtime = LlamaRuntime(
-        LoadParams(model_path=model_path, n_ctx=256, n_threads=1, n_batch=64), True
-    )
-    runtime.eval_prompt(runtime.tokenize("The quick brown fox jumps over the lazy dog."))
-    for _ in runtime.generate(Sampling(temperature=0.0, max_tokens=4), 4):
+    params = LoadParams(model_path=model_path, n_ctx=256, n_threads=1, n_batch=64,
+                        kv_ram_budget_mb=0, kv_disk_budget_mb=0)  # fmt: skip
+    runtime = Scheduler(params, 1, True)
+    prompt = runtime.tokenize("The quick brown fox jumps over the lazy dog.")
+    runtime.submit(1, prompt, Sampling(temperature=0.0, max_tokens=4))
+    while not any(out.finish for out in runtime.step()):
         pass
     runtime.close()
 

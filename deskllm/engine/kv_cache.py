@@ -355,7 +355,7 @@ class KvStateCache:
 # cell count (u32) and, when not 0, its cells. A context with n_seq_max slots and no unified
 # cache has one stream per slot, and refuses data written for another stream count. For a
 # model whose memory is one plain KV cache (no sliding window, not recurrent), states are kept
-# with one stream, as the single-stream engine writes them, so either engine restores them.
+# with one stream, as a one-slot engine writes them, so any slot count restores them.
 _SEQ_HEAD = 8  # magic and seq id: left as they are (llama.cpp reads the id and ignores it)
 _U32 = struct.Struct("<I")
 

@@ -2,7 +2,9 @@
 
 Requests go in: Load, Chat, Embed, Cancel, Forget, Unload, Status, Shutdown.
 Events come out: LoadProgress, Loaded, TextDelta, Metrics, Done, Embeddings, Error, StatusReport,
-Heartbeat, and the client adds Exited when the worker process dies or hangs.
+Heartbeat, and the client adds Exited when the worker process dies or hangs. Many Chats are in
+flight at once (one per slot, more waiting), so every event of a reply carries its request id;
+what one step of the engine gives all of them comes as one StepEvents.
 """
 
 from __future__ import annotations
@@ -92,7 +94,11 @@ class ChatMessage:
 # Requests ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Load:
+    """Load `params` with `n_slots` slots of `params.n_ctx` tokens each (one context holds
+    them all: Loaded.n_ctx is n_slots × the per-slot context)."""
+
     params: LoadParams
+    n_slots: int = 1
 
 
 @dataclass(frozen=True)
@@ -126,7 +132,9 @@ class Embed:
 
 @dataclass(frozen=True)
 class Cancel:
-    pass
+    """Stop one reply (waiting or running); it ends with Done(finish_reason="cancelled")."""
+
+    request_id: int
 
 
 @dataclass(frozen=True)
@@ -268,6 +276,15 @@ class Exited:
     exitcode: int | None
     request_id: int | None = None
     kind: ErrorKind = ErrorKind.EXITED
+
+
+@dataclass(frozen=True)
+class StepEvents:
+    """Every reply's events from one step of the engine, in order, as one message: a message
+    per event cost each side a wake-up and a pickle per stream per token, CPU time that two
+    cores take from the decoding threads."""
+
+    events: tuple[Event, ...]
 
 
 @dataclass(frozen=True)

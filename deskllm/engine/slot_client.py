@@ -1,9 +1,9 @@
-"""SlotClient: one user's view of a batched engine that others use at the same time.
+"""SlotClient: one user's view of an engine that others use at the same time.
 
 The window's chat goes through it while the local API server answers other clients from the
-same engine (the same scheduler, the same slots). It has the surface the chat needs from
-EngineClient, but its `cancel` stops only the replies asked through it (an API stream goes
-on), and `restart`/`kill` act on the whole engine, as they say.
+same engine (the same scheduler, the same slots). It has EngineClient's surface, but its
+`cancel` stops only the replies asked through it (an API stream goes on), and
+`restart`/`kill` act on the whole engine, as they say.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import threading
 import weakref
 from collections.abc import Callable
 
-from deskllm.engine.batch_client import BatchEngineClient
-from deskllm.engine.protocol import ChatMessage, Loaded, LoadParams, Sampling
+from deskllm.engine.client import EngineClient
+from deskllm.engine.protocol import ChatMessage, Loaded, LoadParams, Sampling, StatusReport
 from deskllm.engine.reply import Reply
 
 
 class SlotClient:
-    def __init__(self, engine: BatchEngineClient) -> None:
+    def __init__(self, engine: EngineClient) -> None:
         self.engine = engine
         self._lock = threading.Lock()
         self._replies: weakref.WeakSet[Reply] = weakref.WeakSet()
@@ -39,18 +39,29 @@ class SlotClient:
     def pid(self) -> int | None:
         return self.engine.pid
 
+    @property
+    def n_slots(self) -> int:
+        return self.engine.n_slots
+
     def load(
-        self, params: LoadParams, on_progress: Callable[[float], None] | None = None
+        self,
+        params: LoadParams,
+        on_progress: Callable[[float], None] | None = None,
+        n_slots: int | None = None,
     ) -> Loaded:
-        return self.engine.load(params, on_progress)
+        return self.engine.load(params, on_progress, n_slots)
+
+    def status(self) -> StatusReport | None:
+        return self.engine.status()
+
+    def unload(self) -> None:
+        self.engine.unload()
 
     def chat(
         self,
         conversation_id: str,
         messages: list[ChatMessage] | tuple[ChatMessage, ...],
         sampling: Sampling | None = None,
-        *,
-        wait_if_busy: bool = True,  # noqa: ARG002 (slots never refuse: a request waits its turn)
         **options,
     ) -> Reply:
         reply = self.engine.chat(conversation_id, messages, sampling, **options)
@@ -76,11 +87,7 @@ class SlotClient:
 
     def restart(self, on_progress: Callable[[float], None] | None = None) -> Loaded | None:
         """A fresh engine with the same model and slots (every open stream ends)."""
-        params = self.engine.params
-        if params is None:
-            return None
-        self.engine.close(timeout=2.0)
-        return self.engine.load(params, on_progress)
+        return self.engine.restart(on_progress)
 
     def close(self, timeout: float = 10.0) -> None:
         self.engine.close(timeout)

@@ -1,4 +1,4 @@
-"""Slots of the batched engine: which slot a new request takes, and how a step's token budget
+"""Slots of the engine: which slot a new request takes, and how a step's token budget
 is shared. Pure bookkeeping (no llama.cpp), so the scheduler's choices are testable alone.
 
 A slot is one llama.cpp sequence. A finished slot keeps the tokens its KV cells hold, so the
@@ -8,7 +8,7 @@ conversation state cache before another request overwrites them.
 
 Cells are reused only where a cold read would have made the same ones: on the CPU, llama.cpp's
 one-token decode rounds differently from a multi-token one, while multi-token decodes agree
-however a prompt is cut (see runtime.LlamaRuntime.eval_prompt). So a finished reply's cells
+however a prompt is cut. So a finished reply's cells
 (decoded one token a step) are read again, batched, while no request runs ("unread"), and no
 prompt chunk is a single token where that can be helped.
 """

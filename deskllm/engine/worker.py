@@ -1,29 +1,27 @@
-"""The engine worker process: owns llama.cpp, answers one request at a time.
+"""The engine process: one Scheduler answering every request, one slot or many.
 
-A reader thread takes requests off the pipe so that Cancel and Status are seen while the main
-thread is busy decoding; everything else is queued for the main thread.
+A reader thread puts every request on a queue (Status it answers itself, so the app can ask
+while the engine decodes); the main thread takes what arrived between two steps (new chats,
+cancels, loads), then runs one step of the scheduler and sends every request's events, each
+tagged with its request id, as one StepEvents message. While nothing runs it sleeps on the
+queue. A heartbeat thread tells the client it is alive while it makes progress.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import queue
 import threading
 import time
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 
 import psutil
 
 from deskllm.engine.chat_template import ChatTemplate, TemplateRefused
-from deskllm.engine.kv_cache import (
-    KvStateCache,
-    delete_conversation_states,
-    make_guard,
-    model_identity,
-)
+from deskllm.engine.errors import EngineError, ErrorKind
 from deskllm.engine.load_defaults import resolve_params
 from deskllm.engine.protocol import (
     Cancel,
@@ -42,25 +40,24 @@ from deskllm.engine.protocol import (
     Shutdown,
     Status,
     StatusReport,
+    StepEvents,
     TextDelta,
     Unload,
 )
 from deskllm.engine.raw_prompt import fit_raw_prompt
-from deskllm.engine.stop_strings import StopMatcher
 from deskllm.engine.token_logprobs import LogprobTrail
 from deskllm.engine.tool_prompt import tools_of
 from deskllm.gguf.header import GgufError, read_header
-from deskllm.hardware.energy import EnergyMeter, EnergyReading, reply_energy
+from deskllm.hardware.energy import EnergyMeter, EnergyReading, EnergySpan, reply_energy
 from deskllm.hardware.nvml_process import NvmlProcessMemory
-from deskllm.llamacpp import build
 
 log = logging.getLogger("deskllm.engine")
 
-METRICS_INTERVAL_S = 0.25
 HEARTBEAT_S = 1.0
-# Text goes out at most this often (the first piece at once): every message wakes the app's
-# process, which on a machine with few cores takes a core from llama.cpp's threads. 30 ms is
-# still faster than the GUI repaints.
+METRICS_INTERVAL_S = 0.25
+# Text goes out at most this often per reply (the first piece at once): every message wakes
+# the app's process, which on a machine with few cores takes a core from llama.cpp's threads.
+# 30 ms is still faster than the GUI repaints.
 TEXT_INTERVAL_S = 0.03
 
 
@@ -70,25 +67,42 @@ def _percentile(sorted_values: list[float], q: float) -> float | None:
     return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
 
 
+@dataclass
+class ReplyState:
+    """What the worker keeps of one reply besides the scheduler's SlotRun."""
+
+    received: float
+    dropped: int = 0
+    warnings: list[str] = field(default_factory=list)
+    trail: LogprobTrail = field(default_factory=LogprobTrail)  # Sampling.token_logprobs
+    sent: int = 0  # characters of text sent
+    text: list[str] = field(default_factory=list)
+    pending: list[str] = field(default_factory=list)
+    last_text: float = 0.0
+    last_metrics: float = 0.0
+    logprobs_sent: bool = False  # Sampling.logprobs: the Metrics carrying them went out
+    # Energy: the prompt phase from when it got a slot, the decode phase from its first token.
+    prompt_span: EnergySpan | EnergyReading | None = None
+    decode_span: EnergySpan | EnergyReading | None = None
+
+
 class Worker:
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
         self.send_lock = threading.Lock()
-        self.requests: queue.Queue = queue.Queue()
-        self.runtime = None
+        self.inbox: queue.Queue = queue.Queue()
+        self.runtime = None  # the Scheduler of the loaded model
         self.embedder = None  # made on the first Embed (a second context on the model)
         self.template: ChatTemplate | None = None
-        self.cache: KvStateCache | None = None
-        self.current_conversation: str | None = None
-        self.kv_disk_dir: Path | None = None  # kept after an unload: Forget still cleans it
-        self.busy = False
+        self.replies: dict[int, ReplyState] = {}
+        self.process = psutil.Process()
         self.device = "CPU"
         self.vram: NvmlProcessMemory | None = None
         self.energy = EnergyMeter()  # replaced at load by the machine's counters
-        self.process = psutil.Process()
-        self.cancel_flag = threading.Event()
-        self.in_request = False  # a request is being handled: the client waits for an answer
-        self.sent = 0  # events sent: the heartbeat's sign of progress
+        self.kv_disk_dir: Path | None = None  # kept after an unload: Forget still cleans it
+        self.working = False  # loading, or replies in flight: the client waits for events
+        self.sent = 0
+        self.sampled_at = 0.0  # the energy counters were last read (a reply's spans go on)
 
     def send(self, event: object) -> None:
         with self.send_lock:
@@ -96,47 +110,41 @@ class Worker:
             self.sent += 1
 
     def heartbeat(self) -> None:
-        """While a request is handled, tell the client every HEARTBEAT_S that the worker is
-        still making progress: events went out, or llama.cpp ran graph nodes (the runtime's
-        tick count). A worker stuck without progress goes silent, and the client ends it."""
+        """Beat while work makes progress (events out, or steps run); silent when stuck, and
+        the client ends a worker that stays silent while it owes an answer."""
         seen = None
         while True:
             time.sleep(HEARTBEAT_S)
-            if not self.in_request:
+            if not self.working:
                 seen = None
                 continue
-            progress = (self.sent, getattr(self.runtime, "ticks", 0))
+            runtime = self.runtime
+            progress = (self.sent, getattr(runtime, "steps", 0), getattr(runtime, "ticks", 0))
             if progress != seen:
                 seen = progress
                 with self.send_lock:
                     self.conn.send(Heartbeat())
 
-    # Reader thread ----------------------------------------------------------------------------
     def read_requests(self) -> None:
         while True:
             try:
                 request = self.conn.recv()
             except (EOFError, OSError):
-                self.requests.put(Shutdown())  # the app went away: end quietly
+                self.inbox.put(Shutdown())  # the client went away: end quietly
                 return
-            if isinstance(request, Cancel):
-                self.cancel_flag.set()
-            elif isinstance(request, Status):
+            if isinstance(request, Status):
                 self.send(self.status())
             else:
-                if isinstance(request, Chat):
-                    # Cleared here, in the pipe's order, not when the reply starts: a Stop sent
-                    # while the engine still finished other work must not be lost.
-                    self.cancel_flag.clear()
-                self.requests.put(request)
+                self.inbox.put(request)
 
     def status(self) -> StatusReport:
+        runtime = self.runtime
         return StatusReport(
-            loaded=self.runtime is not None,
-            model_path=self.runtime.params.model_path if self.runtime else None,
-            n_ctx=self.runtime.n_ctx if self.runtime else 0,
-            busy=self.busy,
-            cached_conversations=tuple(self.cache.keys()) if self.cache else (),
+            loaded=runtime is not None,
+            model_path=runtime.params.model_path if runtime else None,
+            n_ctx=runtime.n_ctx_seq if runtime else 0,
+            busy=bool(self.replies),
+            cached_conversations=runtime.conversations() if runtime else (),
             rss_bytes=self.process.memory_info().rss,
         )
 
@@ -145,40 +153,52 @@ class Worker:
         threading.Thread(target=self.read_requests, name="engine-reader", daemon=True).start()
         threading.Thread(target=self.heartbeat, name="engine-heartbeat", daemon=True).start()
         while True:
-            request = self.requests.get()
-            if isinstance(request, Shutdown):
-                self.unload()
-                return
-            self.in_request = True
+            idle = self.runtime is None or not self.runtime.busy
             try:
-                if isinstance(request, Load):
-                    self.load(request)
-                elif isinstance(request, Chat):
-                    self.chat(request)
-                    if self.runtime is not None:
-                        # Idle time after the reply: make its cells reusable for the next turn.
-                        self.runtime.settle(lambda: not self.requests.empty())
-                elif isinstance(request, Unload):
-                    self.unload()
-                    self.send(self.status())
-                elif isinstance(request, Embed):
-                    self.embed(request)
-                elif isinstance(request, Forget):
-                    self.forget(request.conversation_id)  # no answer: the client does not wait
-            except Exception as exc:  # report, never die silently: the client waits for an event
-                kind = getattr(exc, "kind", None)
-                if kind is None:  # not one of ours: a bug worth its traceback
-                    log.exception("engine request failed")
-                    kind = "error"
-                else:
-                    log.info("request refused (%s): %s", kind, exc)
-                request_id = getattr(request, "request_id", None)
-                self.send(Error(request_id, str(exc), kind=kind))
-            finally:
-                self.in_request = False
+                request = self.inbox.get(block=idle)
+                while True:
+                    if isinstance(request, Shutdown):
+                        self.unload()
+                        return
+                    self.handle(request)
+                    request = self.inbox.get_nowait()
+            except queue.Empty:
+                pass
+            if self.runtime is not None and self.runtime.busy:
+                self.working = True
+                self.step()
+            self.working = bool(self.replies)
+
+    def handle(self, request: object) -> None:
+        try:
+            if isinstance(request, Load):
+                self.working = True
+                self.load(request)
+            elif isinstance(request, Chat):
+                self.admit(request)
+            elif isinstance(request, Embed):
+                self.embed(request)
+            elif isinstance(request, Cancel) and self.runtime is not None:
+                self.runtime.cancel(request.request_id)
+            elif isinstance(request, Forget):
+                self.forget(request.conversation_id)  # no answer: the client does not wait
+            elif isinstance(request, Unload):
+                self.unload()
+                self.send(self.status())
+        except Exception as exc:  # report, never die silently: the client waits for an event
+            kind = getattr(exc, "kind", None)
+            if kind is None:  # not one of ours: a bug worth its traceback
+                log.exception("engine request failed")
+                kind = ErrorKind.ERROR
+            else:
+                log.info("request refused (%s): %s", kind, exc)
+            request_id = getattr(request, "request_id", None)
+            self.replies.pop(request_id, None)
+            self.send(Error(request_id, str(exc), kind=kind))
 
     def load(self, request: Load) -> None:
-        from deskllm.engine.runtime import LlamaRuntime
+        from deskllm.engine.llama_model import device_name
+        from deskllm.engine.scheduler import Scheduler
 
         try:
             # Checked again here: the file may have changed since the loader looked, and
@@ -186,7 +206,7 @@ class Worker:
             # unloading: a bad file leaves the loaded model as it was.
             header = read_header(Path(request.params.model_path))
         except GgufError as exc:
-            self.send(Error(None, str(exc), kind="bad_model"))
+            self.send(Error(None, str(exc), kind=ErrorKind.BAD_MODEL))
             return
         self.unload()
         params = resolve_params(request.params, header.context_length)
@@ -198,33 +218,15 @@ class Worker:
                 last[0] = fraction
                 self.send(LoadProgress(fraction))
 
-        self.runtime = runtime = LlamaRuntime(params, bool(params.use_extra_bufts), on_progress)
-        runtime.cancel_flag = self.cancel_flag
-        source = runtime.chat_template()
-        self.template = ChatTemplate(source, runtime.bos_text, runtime.eos_text)
-        guard = make_guard(
-            model=model_identity(params.model_path),
-            n_ctx=runtime.n_ctx,
-            kv_type=params.kv_type,
-            flash_attn=params.flash_attn,
-            template=hashlib.sha256((source or "").encode()).hexdigest(),
-            build=build.build_id(),
-        )
-        disk_dir = Path(params.kv_disk_dir) if params.kv_disk_dir else None
-        self.cache = KvStateCache(
-            guard,
-            params.kv_ram_budget_mb << 20,
-            disk_dir,
-            params.kv_disk_budget_mb << 20,
-            max_tokens=runtime.n_ctx,
-        )
-        self.kv_disk_dir = disk_dir
-        self.current_conversation = None
-        self.device = _device_name(runtime.buffers)
-        self.vram = NvmlProcessMemory() if params.n_gpu_layers != 0 else None
-        self.energy = EnergyMeter.for_this_machine(
-            params.energy_watts, gpu=params.n_gpu_layers != 0
-        )
+        runtime = Scheduler(params, request.n_slots, bool(params.use_extra_bufts), on_progress)
+        runtime.on_admitted = self.on_admitted
+        self.runtime = runtime
+        self.kv_disk_dir = runtime.kv_disk_dir
+        self.template = ChatTemplate(runtime.chat_template(), runtime.bos_text, runtime.eos_text)
+        self.device = device_name(runtime.buffers)
+        gpu = params.n_gpu_layers != 0
+        self.vram = NvmlProcessMemory() if gpu else None
+        self.energy = EnergyMeter.for_this_machine(params.energy_watts, gpu=gpu)
         warnings = (self.template.warning,) if self.template.warning else ()
         self.send(
             Loaded(
@@ -243,100 +245,75 @@ class Worker:
         )
 
     def unload(self) -> None:
+        """Free the model; its slots' KV states go to the state cache and disk first."""
         if self.runtime is None:
             return
-        if self.cache is not None:
-            if self.current_conversation and self.runtime.tokens:
-                self.cache.put(self.current_conversation, self.runtime.save_state())
-            self.cache.flush_to_disk()
+        for rid in list(self.replies):
+            self.send(Error(rid, "the model was unloaded", kind=ErrorKind.NO_MODEL))
+        self.replies.clear()
         if self.embedder is not None:
             self.embedder.close()
             self.embedder = None
         self.runtime.close()
         self.runtime = None
-        self.cache = None
-        self.current_conversation = None
+
+    def forget(self, conversation_id: str) -> None:
+        """Drop a deleted conversation's KV states (cache, slots, disk files)."""
+        if self.runtime is not None:
+            self.runtime.forget(conversation_id)
+            return
+        from deskllm import paths
+        from deskllm.engine.kv_cache import delete_conversation_states
+
+        delete_conversation_states(self.kv_disk_dir or paths.kv_cache_dir(), conversation_id)
 
     def embed(self, request: Embed) -> None:
-        """Embeddings in the second context; the chat context and its cache are untouched."""
+        """Embeddings in a second context, between two steps (the streams wait that long)."""
         from deskllm.engine.embedder import Embedder
 
         if self.runtime is None:
-            self.send(Error(request.request_id, "no model is loaded", kind="no_model"))
+            self.send(Error(request.request_id, "no model is loaded", kind=ErrorKind.NO_MODEL))
             return
         runtime = self.runtime
         if self.embedder is None:
-            self.embedder = Embedder(runtime.model, runtime.n_ctx, runtime.params.n_threads)
+            self.embedder = Embedder(runtime.model, runtime.n_ctx_seq, runtime.params.n_threads)
         vectors, total = self.embedder.embed_texts(request.texts, runtime.tokenize)
         self.send(Embeddings(request.request_id, vectors, total))
 
     # Chat -------------------------------------------------------------------------------------
-    def switch_to(self, conversation_id: str) -> str | None:
-        """Keep the KV state of the conversation left; restore the one entered if cached."""
-        runtime, cache = self.runtime, self.cache
-        if conversation_id == self.current_conversation:
-            return None
-        if self.current_conversation and runtime.tokens:
-            cache.put(self.current_conversation, runtime.save_state())
-        self.current_conversation = conversation_id
-        found = cache.get(conversation_id)
-        if found is None:
-            return None
-        state, where = found
-        problem = runtime.restore_state(state)
-        if problem is None:
-            return where
-        # Names the file (if any) and why; the prompt is then evaluated from scratch.
-        cache.drop(conversation_id, f"not restored: {problem}")
-        return None
-
-    def forget(self, conversation_id: str) -> None:
-        """Drop a deleted conversation's KV state: RAM, the context itself, every disk file."""
-        if self.cache is not None:
-            self.cache.discard(conversation_id)
-        if self.current_conversation == conversation_id:
-            self.runtime.clear()  # else unload would save it again
-            self.current_conversation = None
-        if self.kv_disk_dir:
-            delete_conversation_states(self.kv_disk_dir, conversation_id)
-
     def fit_prompt(
         self,
         messages: list[ChatMessage],
         max_tokens: int,
-        continue_reply: bool = False,
+        continue_reply: bool,
         drop_old_turns: bool = True,
         tools: list[dict] | None = None,
-    ):
+    ) -> tuple[list[int], int, str | None]:
         """Render and tokenize; drop the oldest turns (never the system prompt or the last
         message, nor the question of a reply being continued) until the prompt and room for
-        the reply fit the context."""
-        runtime = self.runtime
-        reserve = min(max_tokens, runtime.n_ctx // 2)
+        the reply fit one slot's context."""
+        n_ctx = self.runtime.n_ctx_seq
+        reserve = min(max_tokens, n_ctx // 2)
         dropped = 0
         kept = 2 if continue_reply else 1
         while True:
             rendered = self.template.render(messages, continue_reply=continue_reply, tools=tools)
-            tokens = runtime.tokenize(rendered.text)
-            if len(tokens) + reserve <= runtime.n_ctx:
+            tokens = self.runtime.tokenize(rendered.text)
+            if len(tokens) + reserve <= n_ctx:
                 return tokens, dropped, rendered.warning
             droppable = [i for i, m in enumerate(messages[:-kept]) if m.role != "system"]
             if not drop_old_turns:
-                from deskllm.engine.runtime import EngineError
-
                 raise EngineError(
                     f"the conversation is {len(tokens)} tokens; with {reserve} kept for the "
-                    f"reply it does not fit the {runtime.n_ctx}-token context",
-                    kind="context",
+                    f"reply it does not fit the {n_ctx}-token context",
+                    ErrorKind.CONTEXT,
                 )
             if not droppable:
-                from deskllm.engine.runtime import EngineError
-
                 raise EngineError(
                     f"the conversation's last message is {len(tokens)} tokens; with {reserve} "
-                    f"kept for the reply it does not fit the {runtime.n_ctx}-token context. "
+                    f"kept for the reply it does not fit the {n_ctx}-token context. "
                     "Shorten the message or load the model with a larger context.",
-                    kind="context",
+                    ErrorKind.CONTEXT,
                 )
             i = droppable[0]
             del messages[i]
@@ -346,182 +323,150 @@ class Worker:
                 del messages[i]
                 dropped += 1
 
-    def chat(self, request: Chat) -> None:
-        from deskllm.engine.runtime import Cancelled, grammar_of
-
+    def admit(self, request: Chat) -> None:
         rid = request.request_id
         if self.runtime is None:
-            self.send(Error(rid, "no model is loaded", kind="no_model"))
+            self.send(Error(rid, "no model is loaded", kind=ErrorKind.NO_MODEL))
             return
         if request.sampling.json_schema is not None:
+            from deskllm.engine.llama_model import grammar_of
+
             grammar_of(request.sampling.json_schema)  # a bad schema fails before any work
-        runtime = self.runtime
-        self.busy = True
-        started = time.perf_counter()
-        sampling = request.sampling
-        generated: list[str] = []
-        intervals: list[float] = []
-        logprobs: list[float] = []  # Sampling.logprobs: the first N sampled tokens'
-        state = {
-            "ttft": None,
-            "pp_tps": None,
-            "prompt": 0,
-            "cached": 0,
-            "evaluated": 0,
-            "restored": None,
-            "n_gen": 0,
-            "decode_start": None,
-        }
-        energy: dict = {}  # the finished reply's figures (reply_energy)
-        phases: dict[str, object] = {}  # "prompt" / "decode": open span, then EnergyReading
-
-        def metrics() -> Metrics:
-            n_gen = state["n_gen"]
-            decode_s = time.perf_counter() - state["decode_start"] if state["decode_start"] else 0
-            ordered = sorted(intervals)
-            p50, p95 = _percentile(ordered, 0.5), _percentile(ordered, 0.95)
-            return Metrics(
-                request_id=rid,
-                ttft_s=state["ttft"],
-                prompt_tokens=state["prompt"],
-                cached_tokens=state["cached"],
-                evaluated_tokens=state["evaluated"],
-                restored_from=state["restored"],
-                pp_tps=state["pp_tps"],
-                generated_tokens=n_gen,
-                tg_tps=(n_gen - 1) / decode_s if n_gen > 1 and decode_s > 0 else None,
-                itl_p50_ms=p50 * 1000 if p50 is not None else None,
-                itl_p95_ms=p95 * 1000 if p95 is not None else None,
-                n_past=len(runtime.tokens),
-                n_ctx=runtime.n_ctx,
-                rss_bytes=self.process.memory_info().rss,
-                vram_bytes=self.vram.read() if self.vram else None,
-                device=self.device,
-                **energy,
-                token_logprobs=tuple(logprobs),
-            )
-
-        pending: list[str] = []
-        trail = LogprobTrail()  # Sampling.token_logprobs: entries waiting for their text
-        sent = [0]  # characters of text sent
-
-        def send_pending() -> None:
-            if pending:
-                text = "".join(pending)
-                sent[0] += len(text)
-                self.send(TextDelta(rid, text, trail.take(sent[0])))
-                pending.clear()
-
-        finish = "stop"
-        dropped = 0
-        warnings: list[str] = []
-        matcher = StopMatcher(())  # replaced once the prompt is read
+        if request.continue_reply and (
+            not request.messages or request.messages[-1].role != "assistant"
+        ):
+            self.send(Error(rid, "there is no assistant reply to continue"))
+            return
+        state = ReplyState(time.perf_counter())
         try:
-            state["restored"] = self.switch_to(request.conversation_id)
-            if request.continue_reply and (
-                not request.messages or request.messages[-1].role != "assistant"
-            ):
-                self.send(Error(rid, "there is no assistant reply to continue", kind="error"))
-                return
-            try:
-                if request.raw_prompt is not None:
-                    tokens, warning = fit_raw_prompt(
-                        runtime.tokenize, request.raw_prompt, sampling.max_tokens, runtime.n_ctx
-                    ), None  # fmt: skip
-                else:
-                    tokens, dropped, warning = self.fit_prompt(
-                        list(request.messages), sampling.max_tokens, request.continue_reply,
-                        request.drop_old_turns, tools_of(request),
-                    )  # fmt: skip
-            except TemplateRefused as exc:
-                self.send(Error(rid, str(exc), kind="template"))
-                return
-            if warning:
-                warnings.append(warning)
-            if dropped:
-                warnings.append(f"{dropped} old messages were left out to fit the context")
-            state["prompt"] = len(tokens)
-            phases["prompt"] = self.energy.start()
-            result = runtime.eval_prompt(tokens)
-            phases["prompt"] = self.energy.stop(phases["prompt"])
-            phases["decode"] = self.energy.start()
-            state["cached"], state["evaluated"] = result.cached, result.evaluated
-            if result.evaluated and result.eval_s > 0:
-                state["pp_tps"] = result.evaluated / result.eval_s
-            self.send(metrics())
-            matcher = StopMatcher(tuple(sampling.stop))
-            max_tokens = min(sampling.max_tokens, runtime.n_ctx - len(runtime.tokens))
-            last_metrics = last_token = time.perf_counter()
-            last_text = 0.0
-            for token, piece in runtime.generate(sampling, max_tokens):
-                now = time.perf_counter()
-                if len(logprobs) < sampling.logprobs:
-                    logprobs.append(runtime.token_logprob(token))
-                    if len(logprobs) == sampling.logprobs:
-                        self.send(metrics())  # the router decides on these before text
-                if state["ttft"] is None:
-                    state["ttft"] = now - started
-                    state["decode_start"] = now
-                else:
-                    intervals.append(now - last_token)
-                last_token = now
-                state["n_gen"] += 1
-                if sampling.token_logprobs:
-                    trail.add(runtime.token_detail(token, sampling.top_logprobs), piece)
-                text, stopped = matcher.feed(piece)
-                if text:
-                    generated.append(text)
-                    pending.append(text)
-                    if now - last_text >= TEXT_INTERVAL_S:
-                        last_text = now
-                        send_pending()
-                if stopped:
-                    break
-                if now - last_metrics >= METRICS_INTERVAL_S:
-                    last_metrics = now
-                    self.energy.sample()  # catches a counter's wrap on a long reply
-                    self.send(metrics())
+            if request.raw_prompt is not None:
+                tokens, warning = fit_raw_prompt(
+                    self.runtime.tokenize, request.raw_prompt, request.sampling.max_tokens,
+                    self.runtime.n_ctx_seq,
+                ), None  # fmt: skip
             else:
-                finish = runtime.finish_reason
-                tail = matcher.flush()
-                if tail:
-                    generated.append(tail)
-                    pending.append(tail)
-        except Cancelled:
-            finish = "cancelled"
-        finally:
-            self.busy = False
-            for name, phase in phases.items():
-                if not isinstance(phase, EnergyReading):  # still open: cancelled or failed
-                    phases[name] = self.energy.stop(phase)
-        energy.update(reply_energy(phases.get("prompt"), phases.get("decode"), state["n_gen"]))
-        send_pending()
-        self.send(
-            Done(
-                request_id=rid,
-                finish_reason=finish,
-                text="".join(generated),
-                metrics=metrics(),
-                dropped_messages=dropped,
-                warnings=tuple(warnings),
-                stop_string=matcher.matched if finish == "stop" else None,
-            )
+                tokens, state.dropped, warning = self.fit_prompt(
+                    list(request.messages), request.sampling.max_tokens, request.continue_reply,
+                    request.drop_old_turns, tools_of(request),
+                )  # fmt: skip
+        except TemplateRefused as exc:
+            self.send(Error(rid, str(exc), kind=ErrorKind.TEMPLATE))
+            return
+        if warning:
+            state.warnings.append(warning)
+        if state.dropped:
+            state.warnings.append(f"{state.dropped} old messages were left out to fit the context")
+        self.replies[rid] = state
+        self.runtime.submit(rid, tokens, request.sampling, request.conversation_id)
+
+    def on_admitted(self, run) -> None:
+        """A request got its slot: its prompt's energy is counted from now."""
+        state = self.replies.get(run.request_id)
+        if state is not None:
+            state.prompt_span = self.energy.start()
+
+    def step(self) -> None:
+        now = time.perf_counter()
+        events: list = []  # sent as one message once the step is done
+        outputs = self.runtime.step()
+        if outputs and now - self.sampled_at >= METRICS_INTERVAL_S:
+            self.sampled_at = now
+            self.energy.sample()  # catches a counter's wrap on a long reply
+        for out in outputs:
+            rid = out.run.request_id
+            state = self.replies.get(rid)
+            if state is None:
+                continue
+            if isinstance(state.prompt_span, EnergySpan) and out.run.first_token is not None:
+                state.prompt_span = self.energy.stop(state.prompt_span)
+                state.decode_span = self.energy.start()
+            want = out.run.sampling.logprobs
+            if want and not state.logprobs_sent and len(out.run.logprobs) >= want:
+                state.logprobs_sent = True  # the router decides on these before any text
+                self.take_text(rid, state, events)
+                events.append(self.metrics(out.run, state))
+            if out.logprob is not None:
+                state.trail.add(out.logprob, out.piece)
+            if out.text:
+                state.text.append(out.text)
+                state.pending.append(out.text)
+            if out.finish is not None:
+                self.replies.pop(rid)
+                self.take_text(rid, state, events)
+                if out.error is not None:
+                    self.close_energy(state)
+                    events.append(Error(rid, str(out.error), kind=out.error.kind))
+                    continue
+                energy = self.close_energy(state, out.run.generated)
+                events.append(
+                    Done(
+                        request_id=rid,
+                        finish_reason=out.finish,
+                        text="".join(state.text),
+                        metrics=self.metrics(out.run, state, energy),
+                        dropped_messages=state.dropped,
+                        warnings=tuple(state.warnings),
+                        stop_string=out.stop_string,
+                    )
+                )
+                continue
+            if state.pending and (now - state.last_text >= TEXT_INTERVAL_S):
+                state.last_text = now
+                self.take_text(rid, state, events)
+            if now - state.last_metrics >= METRICS_INTERVAL_S:
+                state.last_metrics = now
+                events.append(self.metrics(out.run, state))
+        if events:
+            self.send(StepEvents(tuple(events)))
+
+    def close_energy(self, state: ReplyState, generated: int = 0) -> dict:
+        """Stop a finished reply's open energy spans; its Metrics' energy fields. Replies
+        that ran together each count the machine's energy over their own time."""
+        for name in ("prompt_span", "decode_span"):
+            span = getattr(state, name)
+            if isinstance(span, EnergySpan):
+                setattr(state, name, self.energy.stop(span))
+        return reply_energy(state.prompt_span, state.decode_span, generated)
+
+    def take_text(self, rid: int, state: ReplyState, events: list) -> None:
+        if state.pending:
+            text = "".join(state.pending)
+            state.sent += len(text)
+            events.append(TextDelta(rid, text, state.trail.take(state.sent)))
+            state.pending.clear()
+
+    def metrics(self, run, state: ReplyState, energy: dict | None = None) -> Metrics:
+        """Figures of one reply. TTFT counts from when the worker received the request (the
+        wait for a free slot included); pp_tps from when it got its slot."""
+        first, last = run.first_token, run.last_token
+        pp_s = (run.prefill_done - run.admitted) if run.prefill_done and run.admitted else None
+        ordered = sorted(run.intervals)
+        p50, p95 = _percentile(ordered, 0.5), _percentile(ordered, 0.95)
+        return Metrics(
+            request_id=run.request_id,
+            ttft_s=first - state.received if first is not None else None,
+            prompt_tokens=len(run.prompt),
+            cached_tokens=run.cached,
+            restored_from=run.restored_from,
+            evaluated_tokens=run.evaluated if run.slot is not None else 0,
+            pp_tps=run.evaluated / pp_s if pp_s and run.evaluated else None,
+            generated_tokens=run.generated,
+            tg_tps=(run.generated - 1) / (last - first)
+            if run.generated > 1 and last and first and last > first
+            else None,
+            itl_p50_ms=p50 * 1000 if p50 is not None else None,
+            itl_p95_ms=p95 * 1000 if p95 is not None else None,
+            n_past=run.n_past or (len(run.slot.tokens) if run.slot is not None else 0),
+            n_ctx=self.runtime.n_ctx_seq,
+            rss_bytes=self.process.memory_info().rss,
+            vram_bytes=self.vram.read() if self.vram else None,
+            device=self.device,
+            # Sampling.logprobs go out whole (or with Done): the router reads the first N
+            token_logprobs=tuple(run.logprobs)
+            if energy is not None or len(run.logprobs) >= run.sampling.logprobs
+            else (),
+            **(energy or {}),
         )
-
-
-def _device_name(buffers: dict[str, float]) -> str:
-    """Where the weights are, from llama.cpp's own buffer report ("Vulkan0 model", ...)."""
-    names = {key.split(" ")[0] for key in buffers if key.endswith(" model")}
-    gpus = sorted(n for n in names if not n.startswith("CPU") and not n.endswith("_Host"))
-    if not gpus:
-        return "CPU"
-    try:
-        from deskllm.llamacpp.libraries import device_descriptions
-
-        described = device_descriptions()
-    except Exception:  # the readout is informational; never fail a load over it
-        described = {}
-    return ", ".join(described.get(n, n) for n in gpus)
 
 
 def worker_main(

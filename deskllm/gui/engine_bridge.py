@@ -18,9 +18,10 @@ Signals (all emitted on the GUI thread):
     serving(object): the EmbeddedServer now answering the API, or None once it stopped.
     serve_failed(str): why the server could not start (the model stays as it was).
 
-While the API server runs, the model is loaded once in the batched engine with N slots: the
-server's requests and this window's chat (through a SlotClient) share its scheduler. Stopping
-the server loads the model back into the single-stream engine.
+One engine process serves the window's chat (through a SlotClient: its Stop ends only the
+window's replies) and the API server's requests: they share its scheduler and slots. Starting
+the server reloads the model only when the engine has fewer slots than the server asks for
+(once, through the loader); stopping it never does.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from deskllm.engine.client import EngineClient
 from deskllm.engine.errors import EngineError
 from deskllm.engine.protocol import LoadParams, Metrics, Sampling, TextDelta
 from deskllm.engine.reply import Reply
+from deskllm.engine.slot_client import SlotClient
 from deskllm.gui import remote_targets
 from deskllm.gui.qt import QObject, Signal
 from deskllm.gui.tasks import TaskRunner
@@ -58,8 +60,8 @@ class EngineBridge(QObject):
 
     def __init__(self, client: EngineClient, db_path: Path) -> None:
         super().__init__()
-        self.client = client
-        self._single = client  # the engine used while no server runs
+        self.engine = client  # the one engine: the window's chat and the API server share it
+        self.client = SlotClient(client)  # the window's own view of it
         self.server = None  # the EmbeddedServer (task thread writes, GUI thread reads)
         self.db_path = db_path
         self.tasks = TaskRunner("engine", self)
@@ -142,9 +144,7 @@ class EngineBridge(QObject):
         if self.server is not None:
             self.tasks.run(self._stop_server_only)
         self.tasks.shutdown(wait=True)
-        self.client.close()
-        if self.client is not self._single:
-            self._single.close()
+        self.engine.close()
 
     # Task thread ------------------------------------------------------------------------------
     def _parts(self) -> tuple[ModelLoader, ChatSession]:
@@ -153,58 +153,50 @@ class EngineBridge(QObject):
         if self._db is None:
             self._db = open_database(self.db_path)
         if self._session is None or self._loader is None:
-            slots = self.server.slots if self.server is not None else 1
             self._session = ChatSession(self.client, ConversationStore(self._db))
-            self._loader = ModelLoader(self.client, db=self._db, slots=slots)
+            self._loader = ModelLoader(self.client, db=self._db)  # the engine's slot count
         return self._loader, self._session
 
-    def _use_client(self, client) -> None:
-        """Chat and load through `client` from now on (the task thread's parts follow)."""
-        self.client = client
-        self._session = self._loader = None
-
     def _start_serving(self, config, slots: int) -> None:
-        from deskllm.engine.batch_client import BatchEngineClient
-        from deskllm.engine.slot_client import SlotClient
         from deskllm.server.embedded import EmbeddedServer, ServerStartError
         from deskllm.settings import AUTO_SERVER_SLOTS
 
         if self.server is not None:
             self.tasks.post(self.serving.emit, self.server)
             return
-        params = self.client.params
+        params = self.engine.params
         if params is None:
             self.tasks.post(self.serve_failed.emit, "Load a model first: the server serves "
                             "the model loaded in the window.")  # fmt: skip
             return
         loader = self._parts()[0]
+        if slots <= 0:
+            slots = loader.slots_that_fit(params, AUTO_SERVER_SLOTS)
+        if self.engine.n_slots < slots or self.engine.loaded is None:
+            previous = self.engine.n_slots
+            try:  # one reload, through the loader: its memory check counts the slots
+                loader.slots = slots
+                loader.load(params, self._progress)
+            except Exception as exc:  # the window keeps its model whatever failed
+                if not isinstance(exc, EngineError):
+                    log.exception("loading the model with slots failed")
+                loader.slots = previous
+                self._reload(params)
+                self.tasks.post(self.serve_failed.emit, f"The model could not be loaded with "
+                                f"{slots} slots: {exc}")  # fmt: skip
+                return
+            finally:
+                loader.slots = None  # the engine's count from now on
         try:
-            if slots <= 0:
-                slots = loader.slots_that_fit(params, AUTO_SERVER_SLOTS)
-            engine = BatchEngineClient(slots)
-            self._single.unload()  # one copy of the model in memory (KV states go to disk)
-            batched = ModelLoader(engine, db=self._db, slots=slots)
-            loaded = batched.load(params, self._progress)
-        except Exception as exc:  # the window keeps its model whatever failed
-            if not isinstance(exc, EngineError):
-                log.exception("loading the model with slots failed")
-            self._reload_single(params)
-            self.tasks.post(self.serve_failed.emit, f"The model could not be loaded with "
-                            f"{slots} slots: {exc}")  # fmt: skip
-            return
-        try:
-            server = EmbeddedServer(engine, loaded, self._model_id(params.model_path), config,
-                                    slots)  # fmt: skip
+            server = EmbeddedServer(self.engine, self.engine.loaded,
+                                    self._model_id(params.model_path), config, slots)  # fmt: skip
             server.start()
-        except Exception as exc:
+        except Exception as exc:  # the model stays loaded as it is
             if not isinstance(exc, ServerStartError):
                 log.exception("the API server could not start")
-            engine.close()
-            self._reload_single(params)
             self.tasks.post(self.serve_failed.emit, str(exc))
             return
         self.server = server
-        self._use_client(SlotClient(engine))
         self.tasks.post(self.serving.emit, server)
 
     def _model_id(self, model_path: str) -> str:
@@ -212,31 +204,23 @@ class EngineBridge(QObject):
         installed = ModelLibrary(self._db).find(model_path)
         return installed.name if installed else Path(model_path).stem
 
-    def _reload_single(self, params: LoadParams) -> None:
+    def _reload(self, params: LoadParams) -> None:
         try:
-            loaded = ModelLoader(self._single, db=self._db).load(params, self._progress)
+            loaded = self._parts()[0].load(params, self._progress)
         except EngineError as exc:
             self.tasks.post(self.load_failed.emit, str(exc))
         else:
             self.tasks.post(self.loaded.emit, loaded)
 
-    def _stop_server_only(self) -> LoadParams | None:
-        """Stop the server and go back to the single-stream engine (not loaded yet); the
-        params of the model it served."""
+    def _stop_server_only(self) -> None:
+        """Stop the server; the engine keeps its model and slots, and the window its chat."""
         server, self.server = self.server, None
-        if server is None:
-            return None
-        server.stop()
-        params = self.client.params
-        self.client.close()
-        self._use_client(self._single)
-        return params
+        if server is not None:
+            server.stop()
 
     def _stop_serving(self) -> None:
-        params = self._stop_server_only()
+        self._stop_server_only()
         self.tasks.post(self.serving.emit, None)
-        if params is not None:
-            self._reload_single(params)
 
     def _load(self, params: LoadParams) -> None:
         try:

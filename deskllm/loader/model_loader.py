@@ -55,8 +55,9 @@ class ModelLoader:
     """Loads models into one EngineClient. `db` (the app's database, opened in the calling
     thread) holds the calibration records: without it loads are neither recorded nor
     corrected. `hardware` plans for another report than this machine's (tests, profiles).
-    `slots`: sequences the context holds (the batched engine), each of `n_ctx` tokens, so the
-    plan counts `slots` × n_ctx of KV cache.
+    `slots`: sequences the context holds (the engine's slots), each of `n_ctx` tokens, so the
+    plan counts `slots` × n_ctx of KV cache, and the engine is loaded with that many (None:
+    the client's own slot count).
     """
 
     def __init__(
@@ -66,10 +67,10 @@ class ModelLoader:
         db: Database | None = None,
         hardware: HardwareReport | HardwareSource | None = None,
         probe_model: str | None = None,
-        slots: int = 1,
+        slots: int | None = None,
     ) -> None:
         self.client = client
-        self.slots = slots
+        self._slots = slots
         self.db = db
         if isinstance(hardware, HardwareReport):
             report = hardware
@@ -78,6 +79,14 @@ class ModelLoader:
             self._hardware = hardware or _this_machine_hardware
         self._probe_model = probe_model
         self.last_check: LoadCheck | None = None
+
+    @property
+    def slots(self) -> int:
+        return self._slots if self._slots is not None else getattr(self.client, "n_slots", 1)
+
+    @slots.setter
+    def slots(self, slots: int) -> None:
+        self._slots = slots
 
     def check(self, params: LoadParams, header: GgufHeader | None = None) -> LoadCheck:
         """Resolve `params` for this model and machine without loading: raises EngineError
@@ -199,7 +208,7 @@ class ModelLoader:
             raise EngineError(str(exc), ErrorKind.BAD_MODEL) from None
         check = self.check(params, header)
         self.last_check = check
-        loaded = self.client.load(check.params, on_progress)
+        loaded = self.client.load(check.params, on_progress, n_slots=self.slots)
         self._record(header, check.params, loaded)
         return loaded
 

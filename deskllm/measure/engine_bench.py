@@ -122,7 +122,7 @@ def _native_tg(queue, model_path: str, n_ctx: int, n_threads: int, extra_bufts: 
     build.activate()  # before llama_cpp is imported: the build DESKLLM_ENGINE_DIR names
     import llama_cpp as L
 
-    from deskllm.engine.runtime import LlamaRuntime
+    from deskllm.engine.llama_model import LlamaModel
 
     def decode(token: int) -> None:
         one[0] = token
@@ -130,7 +130,7 @@ def _native_tg(queue, model_path: str, n_ctx: int, n_threads: int, extra_bufts: 
         if rc != 0:
             raise RuntimeError(f"llama_decode returned {rc} at token {token}")
 
-    rt = LlamaRuntime(
+    rt = LlamaModel(
         LoadParams(model_path=model_path, n_ctx=n_ctx, n_threads=n_threads), extra_bufts
     )
     one = (L.llama_token * 1)()

@@ -6,7 +6,7 @@ model's memory goes back to the system when the process ends).
                   log-probabilities of every scored position (deskllm.measure.logprobs)
   candidate pass: evaluate the same tokens, compare each scored position with the stored row
 
-Both drive llama.cpp's C API through LlamaRuntime (the engine's own load: extra buffer
+Both drive llama.cpp's C API through LlamaModel (the engine's own load: extra buffer
 types as the crash-safe probe decided) and evaluate each chunk as llama-perplexity does: a
 fresh KV cache, the first token replaced by BOS where the model adds one, logits for the
 second half. Messages to the parent: ("progress", chunk, chunks), ("done", payload),
@@ -50,9 +50,9 @@ class _Evaluator:
     """One model and context; evaluates a chunk, yielding the logits of its scored part."""
 
     def __init__(self, params: LoadParams) -> None:
-        from deskllm.engine.runtime import LlamaRuntime
+        from deskllm.engine.llama_model import LlamaModel
 
-        self.rt = LlamaRuntime(params, bool(params.use_extra_bufts))
+        self.rt = LlamaModel(params, bool(params.use_extra_bufts))
         import llama_cpp as L
 
         self.L = L

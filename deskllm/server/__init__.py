@@ -3,8 +3,8 @@
 Laid out like vLLM's OpenAI entrypoint: one folder per endpoint with `protocol.py` (pydantic
 models mirroring OpenAI's schema), `serving.py` (request → engine calls → response, no HTTP)
 and `api_router.py` (thin FastAPI routes). `errors.py` builds every error in OpenAI's shape.
-The engine answers one request at a time; `engine_queue.EngineQueue` queues the rest. With
-`--parallel N` the batched engine answers up to N at once (`batch_queue.BatchEngineQueue`).
+The engine answers `--parallel N` requests at once (its slots; 1 by default), and
+`engine_queue.EngineQueue` admits them and queues the rest.
 """
 
 from deskllm.server.app import create_app

@@ -16,7 +16,7 @@ import logging
 import threading
 from dataclasses import dataclass
 
-from deskllm.engine.batch_client import BatchEngineClient
+from deskllm.engine.client import EngineClient
 from deskllm.engine.protocol import Loaded
 from deskllm.server.app import create_app
 from deskllm.server.config import ServerConfig
@@ -50,7 +50,7 @@ class ServerSnapshot:
 class EmbeddedServer:
     def __init__(
         self,
-        engine: BatchEngineClient,
+        engine: EngineClient,
         loaded: Loaded,
         model_id: str,
         config: ServerConfig,

@@ -1,10 +1,14 @@
-"""EngineQueue: the engine answers one reply at a time, so API requests wait their turn here.
+"""EngineQueue: admits API requests to the engine, up to `slots` running at once (`deskllm
+serve --parallel N`; 1: one at a time) and `max_waiting` more waiting; one more is refused
+with QueueFull. A job cancelled while it waits never reaches the engine; one cancelled while
+it runs stops its reply (by its request id), so a waiting job takes its slot at once.
 
-Each admitted request becomes a Job run on one worker thread (the Reply is read with blocking
-calls); its events are handed to the request's asyncio loop as they come. At most
-`max_waiting` jobs wait behind the running one: one more is refused with QueueFull. A job
-cancelled while it waits never reaches the engine; one cancelled while it runs stops its
-reply, so the next job starts at once.
+A running job holds one thread of a pool of `slots` threads (its slot) while the engine
+interleaves the jobs' tokens. The thread only starts the reply and sleeps until it ends: the
+engine client's reader thread hands each step's events straight to the job's event loop, one
+wake-up of the loop per step instead of one of every stream's thread. Each wake-up takes a
+core from the engine's threads, which wait on each other at every layer, when they use every
+core.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 
 from deskllm.engine.client import EngineClient
 from deskllm.engine.errors import EngineError
@@ -27,15 +32,16 @@ from deskllm.engine.protocol import (
     Error,
     Event,
     Exited,
-    Metrics,
     Sampling,
     TextDelta,
 )
-from deskllm.engine.reply import Reply
 
 log = logging.getLogger("deskllm.server")
 
-_PASSED_ON = (TextDelta, Metrics, Done, Error, Exited)
+# Live Metrics stay here: no route reads them (Done carries the final figures), and each one
+# passed on would wake the event loop, N streams × 4 a second.
+_PASSED_ON = (TextDelta, Done, Error, Exited)
+_FINAL = (Done, Error, Exited)
 
 
 class QueueFull(Exception):
@@ -78,8 +84,7 @@ class Job:
         self.loop = loop
         self.queued_at = time.monotonic()
         self.started_at: float | None = None
-        self.reply: Reply | None = None  # the single-stream queue's
-        self.request_id: int | None = None  # the batched queue's
+        self.request_id: int | None = None  # the engine's, once the reply started
         self.cancel_requested = False
         self._events: asyncio.Queue[Event | None] = asyncio.Queue()
 
@@ -136,92 +141,103 @@ def merge_deltas(deltas: list[TextDelta]) -> TextDelta:
 
 
 class EngineQueue:
-    """Admits, queues and runs chat jobs on one engine. Thread-safe."""
+    """Admits, queues and runs chat jobs on the engine. Thread-safe."""
 
-    def __init__(self, client: EngineClient, max_waiting: int) -> None:
+    def __init__(self, client: EngineClient, max_waiting: int, slots: int = 1) -> None:
         self.client = client
         self.max_waiting = max_waiting
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="deskllm-api-engine")
+        self.slots = slots
+        self._executor = ThreadPoolExecutor(slots, thread_name_prefix="deskllm-api-slot")
         self._lock = threading.Lock()
-        self._pending = 0  # admitted and not finished: the running job and those waiting
-        self._running: Job | None = None
-        self.on_done: Callable[[Done], None] | None = None  # every reply's figures
+        self._pending = 0  # admitted and not finished: running and waiting
+        self._running: set[Job] = set()
+        self.on_done: Callable[[Done], None] | None = None
 
     @property
     def waiting(self) -> int:
         with self._lock:
-            return self._pending - (1 if self._running is not None else 0)
-
-    @property
-    def busy(self) -> bool:
-        with self._lock:
-            return self._running is not None
+            return self._pending - len(self._running)
 
     @property
     def running(self) -> int:
-        """Jobs the engine is answering now (0 or 1 here)."""
-        return int(self.busy)
+        with self._lock:
+            return len(self._running)
+
+    @property
+    def busy(self) -> bool:
+        return self.running > 0
 
     def submit(self, request: ChatRequest | EmbedRequest) -> Job:
         """Admit a request or raise QueueFull. Call from the event loop that reads the job."""
         job = Job(request, asyncio.get_running_loop())
         with self._lock:
-            if self._pending > self.max_waiting:
-                raise QueueFull(self._pending - (1 if self._running is not None else 0))
+            if self._pending >= self.max_waiting + self.slots:
+                raise QueueFull(self._pending - len(self._running))
             self._pending += 1
         self._executor.submit(self._run, job)
         return job
 
     def cancel(self, job: Job) -> None:
-        """Stop a job: a waiting one is skipped, a running one's reply is cancelled. Under the
-        lock, so the engine's Cancel can only reach the reply it was meant for."""
+        """A waiting job is skipped; a running one's reply is cancelled (by its request id)."""
         with self._lock:
             job.cancel_requested = True
-            if self._running is job and job.reply is not None:
-                job.reply.cancel()
+            if job in self._running and job.request_id is not None:
+                self.client.cancel_request(job.request_id)
 
     def _run(self, job: Job) -> None:
+        ended = threading.Event()
         try:
             with self._lock:
                 if job.cancel_requested:
                     return
-                self._running = job
+                self._running.add(job)
                 job.started_at = time.monotonic()
-                r = job.request
-                if not isinstance(r, EmbedRequest):
-                    job.reply = self.client.chat(
-                        r.conversation_id,
-                        r.messages,
-                        r.sampling,
-                        tools_json=r.tools_json,
-                        raw_prompt=r.raw_prompt,
-                    )
+            r = job.request
             if isinstance(r, EmbedRequest):
                 job.push(embed_event(self.client, r))
                 return
-            cancelled = False
-            for event in job.reply.events():
-                if isinstance(event, _PASSED_ON):
-                    job.push(event)
-                if isinstance(event, Done) and self.on_done is not None:
-                    self.on_done(event)  # here: a reply whose client left counts too
-                # A cancel that came before the engine had the request is sent again now.
-                if job.cancel_requested and not cancelled:
-                    cancelled = True
-                    job.reply.cancel()
-        except Exception as exc:  # never leave a reader waiting, never kill the worker thread
-            log.exception("API request failed in the engine thread")
+            rid = self.client.start(
+                r.conversation_id,
+                r.messages,
+                r.sampling,
+                partial(self._on_events, job, ended),
+                tools_json=r.tools_json,
+                raw_prompt=r.raw_prompt,
+            )
+            with self._lock:
+                job.request_id = rid
+                if job.cancel_requested:  # it came before the request id was known
+                    self.client.cancel_request(rid)
+            ended.wait()
+        except Exception as exc:  # never leave a reader waiting, never kill a pool thread
+            log.exception("API request failed in an engine thread")
             job.push(Error(None, f"internal error: {exc}"))
         finally:
             with self._lock:
                 self._pending -= 1
-                if self._running is job:
-                    self._running = None
+                self._running.discard(job)
             job.push(None)
 
-    def close(self) -> None:
+    def _on_events(self, job: Job, ended: threading.Event, events: list) -> None:
+        """A step's events of one job, on the engine client's reader thread."""
+        if self.on_done is not None:
+            for event in events:
+                if isinstance(event, Done):
+                    self.on_done(event)
+        passed = [event for event in events if isinstance(event, _PASSED_ON)]
+        if passed:
+            job.push_many(passed)
+        if isinstance(events[-1], _FINAL):
+            ended.set()
+
+    def cancel_running(self) -> None:
+        """Stop every running reply (each ends as cancelled; its stream ends)."""
         with self._lock:
-            running = self._running
-            if running is not None and running.reply is not None:
-                running.reply.cancel()
+            for job in self._running:
+                job.cancel_requested = True
+                if job.request_id is not None:
+                    self.client.cancel_request(job.request_id)
+
+    def close(self) -> None:
+        self.cancel_running()
         self._executor.shutdown(wait=True, cancel_futures=True)

@@ -1,6 +1,6 @@
 """ModelHost: the one model a server serves, loaded through the loader in the background (so
-/health can answer 503 while it loads), and the queue in front of its engine: the
-single-stream engine, or with `parallel` > 1 the batched engine with that many slots.
+/health can answer 503 while it loads), and the queue in front of its engine, which answers
+`parallel` requests at once (its slots).
 
 With `installed` a request may name another installed model: `use()` checks it fits (the
 planner's refusal, before the served model is touched), lets the running requests finish,
@@ -57,16 +57,8 @@ class ModelHost:
         self.model_id = model_id
         self.parallel = parallel
         self.installed = installed
-        from deskllm.engine.batch_client import BatchEngineClient
-
-        if parallel > 1 or isinstance(client, BatchEngineClient):  # the window's: any slots
-            from deskllm.server.batch_queue import BatchEngineQueue
-
-            self.client = client or BatchEngineClient(parallel)
-            self.queue = BatchEngineQueue(self.client, max_queue, parallel)
-        else:
-            self.client = client or EngineClient()
-            self.queue = EngineQueue(self.client, max_queue)
+        self.client = client or EngineClient(parallel)
+        self.queue = EngineQueue(self.client, max_queue, parallel)
         self.state = HostState.LOADING
         self.loading_id: str | None = model_id  # the model being loaded, while LOADING
         self.failure: str | None = None
@@ -82,7 +74,7 @@ class ModelHost:
 
     def _loader(self) -> ModelLoader:
         db = self._open_db() if self._open_db else None
-        return ModelLoader(self.client, db=db, slots=self.parallel)
+        return ModelLoader(self.client, db=db)  # the engine's slots (the window's may be more)
 
     def serve_loaded(self, loaded: Loaded) -> None:
         """Serve what the caller already loaded into the client (no load of its own)."""
@@ -90,7 +82,7 @@ class ModelHost:
         self.loaded_event.set()
 
     def _loaded(self, loaded: Loaded) -> None:
-        self.n_ctx = loaded.n_ctx // self.parallel  # one slot's context
+        self.n_ctx = loaded.n_ctx // self.client.n_slots  # one slot's context
         self.failure = None
         self.loading_id = None
         self.state = HostState.READY

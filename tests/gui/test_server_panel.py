@@ -1,7 +1,7 @@
 """The Server panel: the window serves its loaded model through the local API, the window's
-chat and the API's streams share one batched engine (one copy of the model, one scheduler),
-and stopping the server goes back to the single-stream engine. Real engine, real server,
-the official openai SDK as the client."""
+chat and the API's streams share one engine (one copy of the model, one scheduler), and
+neither starting (with slots enough) nor stopping the server reloads the model. Real engine,
+real server, the official openai SDK as the client."""
 
 from __future__ import annotations
 
@@ -47,15 +47,18 @@ def stream_reply(client: openai.OpenAI, model: str, prompt: str, out: dict) -> N
 
 def test_the_window_serves_its_model_and_its_chat_shares_the_slots(qtbot, window):
     win = window
-    single = win.bridge.client
+    engine = win.bridge.engine
+    assert engine.n_slots == 1 and engine.loads == 1
     panel, server = start(qtbot, win, free_port(), slots=2, require_key=True)
     key = server.config.api_key
     assert key and panel.key.text() == key
     assert panel.address.text() == server.url
-    # One copy of the model: the single-stream engine gave it up, the chat uses the slots.
-    assert single.loaded is None
+    # One engine: it was loaded again once, with the slots the server asked for, and the
+    # window's chat and the server are both its clients.
+    assert engine.n_slots == 2 and engine.loads == 2
     assert isinstance(win.bridge.client, SlotClient)
-    assert win.bridge.client.engine is server.host.client
+    assert win.bridge.client.engine is engine is server.host.client
+    pid = engine.pid
     assert "slots 0/2" in win.server_status.text()
 
     with pytest.raises(openai.AuthenticationError):
@@ -86,14 +89,20 @@ def test_the_window_serves_its_model_and_its_chat_shares_the_slots(qtbot, window
     assert "/v1/chat/completions 200" in panel.log.toPlainText()
     assert "401" in panel.log.toPlainText()
 
-    with qtbot.waitSignal(win.bridge.loaded, timeout=REPLY_TIMEOUT_MS):
-        panel.start_button.click()  # Stop: the model goes back to the single engine
-    assert win.bridge.server is None and win.bridge.client is single
+    with qtbot.waitSignal(win.bridge.serving, timeout=REPLY_TIMEOUT_MS):
+        panel.start_button.click()  # Stop: the engine keeps its model and its slots
+    assert win.bridge.server is None and win.bridge.client.engine is engine
     assert panel.start_button.text() == "&Start server"
     assert not win.server_status.isVisible()
     with pytest.raises(openai.APIConnectionError):
         api.models.list()
     assert isinstance(send_and_wait(qtbot, win, "Say hello again."), Done)
+    # Serving again with the slots the engine has: no reload, the same process.
+    start(qtbot, win, free_port(), slots=2)
+    assert engine.loads == 2 and engine.pid == pid
+    with qtbot.waitSignal(win.bridge.serving, timeout=REPLY_TIMEOUT_MS):
+        win.bridge.stop_serving()
+    assert engine.loads == 2 and engine.pid == pid
 
 
 def test_a_taken_port_is_said_and_the_window_keeps_its_model(qtbot, window):
@@ -127,8 +136,9 @@ def test_a_wider_address_always_requires_the_key(qtbot, window):
 
 
 def test_a_chat_from_before_the_server_is_restored_on_its_slot_not_read_again(qtbot, window):
-    """Starting the server moves the model to the batched engine; the conversation's KV state
-    goes with it through the state cache, so its next turn reads only the new message."""
+    """Starting the server with more slots than the engine has loads the model again; the
+    conversation's KV state goes with it through the state cache, so its next turn reads only
+    the new message."""
     win = window
     set_sampling(win, max_tokens=16, temperature=0.0)
     first = send_and_wait(qtbot, win, "Tell me about the sea.")
@@ -138,5 +148,5 @@ def test_a_chat_from_before_the_server_is_restored_on_its_slot_not_read_again(qt
     assert isinstance(second, Done), second
     assert second.metrics.restored_from in ("ram", "disk")
     assert second.metrics.cached_tokens >= first.metrics.prompt_tokens
-    with qtbot.waitSignal(win.bridge.loaded, timeout=REPLY_TIMEOUT_MS):
+    with qtbot.waitSignal(win.bridge.serving, timeout=REPLY_TIMEOUT_MS):
         win.bridge.stop_serving()

@@ -1,4 +1,4 @@
-"""The batched engine's client on its own (no server): replies read on several threads at
+"""The engine's client with several slots on its own (no server): replies read on several threads at
 once, per-request cancel of a waiting request, and every open reply ending with Exited when
 the engine process dies, then a fresh engine for the next request."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from engine_helpers import wait_for
 
-from deskllm.engine.batch_client import BatchEngineClient
+from deskllm.engine.client import EngineClient
 from deskllm.engine.protocol import ChatMessage, Done, Exited, LoadParams, Sampling, TextDelta
 from deskllm.loader import ModelLoader
 from deskllm.planner.machine import current_hardware
@@ -20,7 +20,7 @@ ENDLESS = Sampling(temperature=0, max_tokens=1500, ignore_eos=True)
 
 @pytest.fixture(scope="module")
 def batch(tmp_path_factory: pytest.TempPathFactory, starter_model: Path, extra_bufts: bool):
-    client = BatchEngineClient(2)
+    client = EngineClient(2)
     loaded = client.load(LoadParams(str(starter_model), n_ctx=2048, n_threads=2,
                                     use_extra_bufts=extra_bufts))  # fmt: skip
     assert loaded.n_ctx == 2 * 2048 and client.slot_ctx == 2048
@@ -98,7 +98,7 @@ def test_the_loader_plans_every_slots_kv_cache_as_llama_cpp_allocates_it(
     hardware = current_hardware()
     assert hardware is not None
     params = LoadParams(str(starter_model), n_ctx=2048, n_threads=2, use_extra_bufts=extra_bufts)
-    one = ModelLoader(batch, hardware=hardware).check(params).plan.estimate.buffer("kv")
+    one = ModelLoader(batch, hardware=hardware, slots=1).check(params).plan.estimate.buffer("kv")
     two = ModelLoader(batch, hardware=hardware, slots=2).check(params).plan.estimate.buffer("kv")
     assert two == 2 * one
     # What the batch engine's llama.cpp allocated for its two 2048-token slots.
@@ -108,13 +108,13 @@ def test_the_loader_plans_every_slots_kv_cache_as_llama_cpp_allocates_it(
 
 def test_one_step_sends_every_running_replys_events_in_one_message(batch, monkeypatch):
     steps: list[tuple] = []
-    deliver = BatchEngineClient._deliver_step
+    deliver = EngineClient._deliver_step
 
     def record(self, events):
         steps.append(events)
         deliver(self, events)
 
-    monkeypatch.setattr(BatchEngineClient, "_deliver_step", record)
+    monkeypatch.setattr(EngineClient, "_deliver_step", record)
     short = Sampling(temperature=0, max_tokens=24, ignore_eos=True)
     replies = [batch.chat("s", user(q), short) for q in ("Tell a story.", "Name colours.")]
     readers = [read_in_thread(r) for r in replies]
@@ -153,7 +153,7 @@ def test_started_replies_get_their_events_on_the_reader_thread_step_by_step(batc
     for recorder in recorders:
         assert recorder.ended.wait(120)
     for rid, recorder in zip(rids, recorders, strict=True):
-        assert {name for name, _ev in recorder.calls} == {"deskllm-batch-events"}
+        assert {name for name, _ev in recorder.calls} == {"deskllm-engine-events"}
         assert all(e.request_id == rid for e in recorder.events)
         done = recorder.events[-1]
         assert isinstance(done, Done) and done.finish_reason == "length"

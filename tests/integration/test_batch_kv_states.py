@@ -1,6 +1,6 @@
-"""The batched engine keeps a conversation's KV cells in the conversation state cache (RAM,
-then disk) when another conversation takes its slot, and restores them on its next turn;
-the files are the single-stream engine's, so each engine restores the other's.
+"""The engine keeps a conversation's KV cells in the conversation state cache (RAM, then disk)
+when another conversation takes its slot, and restores them on its next turn; the files are
+kept as one stream, so an engine with one slot and one with several restore each other's.
 
 Two slots, the starter model, greedy replies. Conversation A is answered, then two other
 conversations take the slots (the starter model's template starts every prompt with the same
@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 from engine_helpers import collect, wait_for
 
-from deskllm.engine.batch_client import BatchEngineClient
 from deskllm.engine.client import EngineClient
 from deskllm.engine.protocol import ChatMessage, Done, LoadParams, Sampling
 
@@ -56,7 +55,7 @@ def state_files(kv_dir: Path, key: str) -> list[Path]:
 def pushed_out(tmp_path_factory, starter_model: Path, extra_bufts: bool) -> PushedOut:
     params = params_for(starter_model, extra_bufts, tmp_path_factory.mktemp("kv"))
     key = uuid.uuid4().hex
-    with BatchEngineClient(2) as client:
+    with EngineClient(2) as client:
         client.load(params)
         first = ask(client, key, [ChatMessage("user", QUESTION)])
         for text in ("Tell me about cats.", "What is the capital of Peru?"):
@@ -69,10 +68,10 @@ def pushed_out(tmp_path_factory, starter_model: Path, extra_bufts: bool) -> Push
 
 @pytest.fixture(scope="module")
 def cold(pushed_out: PushedOut, tmp_path_factory) -> Done:
-    """A's second turn read whole by a fresh batched engine that keeps no states."""
+    """A's second turn read whole by a fresh engine that keeps no states."""
     params = replace(pushed_out.params, kv_disk_dir=str(tmp_path_factory.mktemp("kv-none")),
                      kv_ram_budget_mb=0, kv_disk_budget_mb=0)  # fmt: skip
-    with BatchEngineClient(2) as client:
+    with EngineClient(2) as client:
         client.load(params)
         return ask(client, uuid.uuid4().hex, pushed_out.turn_two)
 
@@ -102,7 +101,7 @@ def test_a_conversation_continued_in_its_slot_reuses_its_reply_and_answers_as_a_
     params = replace(pushed_out.params, kv_disk_dir=str(tmp_path),
                      kv_ram_budget_mb=0, kv_disk_budget_mb=0)  # fmt: skip
     key = uuid.uuid4().hex
-    with BatchEngineClient(2) as client:
+    with EngineClient(2) as client:
         client.load(params)
         first = ask(client, key, [ChatMessage("user", QUESTION)])
         second = ask(client, key, pushed_out.turn_two)
@@ -117,7 +116,7 @@ def test_a_conversation_continued_in_its_slot_reuses_its_reply_and_answers_as_a_
 def test_the_state_file_written_at_close_is_restored_by_a_fresh_engine(pushed_out, cold, tmp_path):
     params = copy_dir(pushed_out, tmp_path / "kv")
     assert len(state_files(tmp_path / "kv", pushed_out.key)) == 1
-    with BatchEngineClient(2) as client:
+    with EngineClient(2) as client:
         client.load(params)
         again = ask(client, pushed_out.key, pushed_out.turn_two)
     # The file was written at close, after the second turn: it holds that whole prompt.
@@ -130,7 +129,7 @@ def test_forget_removes_the_conversations_states(pushed_out, tmp_path):
     kv_dir = tmp_path / "kv"
     params = copy_dir(pushed_out, kv_dir)
     key = pushed_out.key
-    with BatchEngineClient(2) as client:
+    with EngineClient(2) as client:
         client.load(params)
         kept = ask(client, key, pushed_out.turn_two)  # now also in a slot and in RAM
         assert kept.metrics.restored_from == "disk"
@@ -150,19 +149,19 @@ def test_forget_removes_the_conversations_states(pushed_out, tmp_path):
     assert not state_files(kv_dir, key)
 
 
-def test_the_single_stream_engine_and_the_batched_one_restore_each_others_states(
+def test_one_slot_and_two_slots_restore_each_others_states(
     pushed_out, cold, tmp_path
 ):
-    # The batched engine's file, restored by the single-stream engine.
+    # The two-slot engine's file, restored by a one-slot engine.
     params = copy_dir(pushed_out, tmp_path / "kv")
     with EngineClient() as single:
         single.load(params)
         reply = collect(single.chat(pushed_out.key, pushed_out.turn_two, GREEDY)).done
     assert reply.metrics.restored_from == "disk"
     assert reply.metrics.cached_tokens == reply.metrics.prompt_tokens - 1
-    # A lone greedy reply is the same in both engines, restored or read cold.
+    # A lone greedy reply is the same with one slot or two, restored or read cold.
     assert reply.text == cold.text
-    # The single-stream engine's file (written when it closed), restored by the batched one.
+    # The one-slot engine's file (written when it closed), restored by the two-slot one.
     key = uuid.uuid4().hex
     kv_dir = tmp_path / "kv-single"
     params = replace(params, kv_disk_dir=str(kv_dir))
@@ -172,7 +171,7 @@ def test_the_single_stream_engine_and_the_batched_one_restore_each_others_states
     assert len(state_files(kv_dir, key)) == 1
     turn_two = [ChatMessage("user", QUESTION), ChatMessage("assistant", first.text),
                 ChatMessage("user", FOLLOW_UP)]  # fmt: skip
-    with BatchEngineClient(2) as client:
+    with EngineClient(2) as client:
         client.load(params)
         second = ask(client, key, turn_two)
     # The file holds the cells of the first prompt but its last token (decoded alone), and

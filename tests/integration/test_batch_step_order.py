@@ -15,13 +15,13 @@ from pathlib import Path
 
 SCRIPT = r"""
 import json, sys
-from deskllm.engine.batch_runtime import BatchRuntime
+from deskllm.engine.scheduler import Scheduler
 from deskllm.engine.protocol import LoadParams, Sampling
 
 model, extra = sys.argv[1], sys.argv[2] == "1"
 params = LoadParams(model, n_ctx=256, n_threads=2, use_extra_bufts=extra,
                     kv_ram_budget_mb=0, kv_disk_budget_mb=0)
-rt = BatchRuntime(params, 3, extra)
+rt = Scheduler(params, 3, extra)
 greedy = Sampling(temperature=0.0, max_tokens=4)
 texts = ["The lighthouse keeper wrote in his log", "Bread is made from flour and",
          "The first trains ran on"]

@@ -39,7 +39,7 @@ def test_next_turn_evaluates_only_new_tokens(engine):
     second = turn(engine, cid, follow)
     m = second.metrics
     # All but the prompt's last token: it and the reply were decoded one by one (see
-    # LlamaRuntime.eval_prompt) and are read again with the new turn.
+    # Scheduler's prompt reading) and are read again with the new turn.
     assert m.cached_tokens >= first.metrics.prompt_tokens - 1
     assert m.evaluated_tokens < 40
     assert m.cached_tokens + m.evaluated_tokens == m.prompt_tokens

@@ -47,7 +47,7 @@ def test_a_continued_reply_goes_on_from_the_partial_text_with_its_cache(engine, 
     # Against one uninterrupted greedy reply of the same length: measured here, the two agree
     # for some prompts to the last token but not for all, because the partial reply is read
     # again in one batch while the uninterrupted one decoded it token by token, and llama.cpp
-    # rounds those differently (see LlamaRuntime.eval_prompt): a near tie later on can flip.
+    # rounds those differently (see the Scheduler): a near tie later on can flip.
     # What holds: the continuation starts where the uninterrupted reply went on.
     whole = collect(engine.chat(uuid.uuid4().hex, QUESTION, greedy(24))).done
     assert whole.text.startswith(first.text)

@@ -1,6 +1,10 @@
-"""The Linux package, built, installed, used and removed for real (root and apt needed: CI
+"""The Linux package, installed, used and removed for real (root and apt needed: CI
 runs as root, and .ci/run turns the skip into a failure); and installed into a minimal Debian made
-with debootstrap, which has no Python and no Vulkan driver, to show the frozen app needs neither."""
+with debootstrap, which has no Python and no Vulkan driver, to show the frozen app needs neither.
+
+Uses the package packaging/build_linux.sh made (dist/deskllm_<version>_<arch>.deb and the
+.tar.gz beside it; .ci/run builds them before the tests, the tests never build): only one of
+this checkout's version, so that a dist/ left from another version is never tested instead."""
 
 from __future__ import annotations
 
@@ -13,14 +17,26 @@ from pathlib import Path
 
 import pytest
 
+from deskllm import __version__
+
 ROOT = Path(__file__).resolve().parents[2]
+DIST = ROOT / "dist"
+# The names build_linux.sh gives them, for the version it reads (deskllm.__version__).
+DEBS = sorted(DIST.glob(f"deskllm_{__version__}_*.deb"))
+OTHER_DEBS = sorted(p.name for p in DIST.glob("deskllm_*.deb") if p not in DEBS)
 
 pytestmark = [
     pytest.mark.driver,
-    pytest.mark.timeout(3600),  # builds the release engine if .ci/run has not
+    pytest.mark.timeout(3600),  # apt-get and debootstrap download packages
     pytest.mark.skipif(
         os.geteuid() != 0 or not shutil.which("apt-get") or not shutil.which("dpkg-deb"),
         reason="needs root, apt-get and dpkg-deb to install a .deb",
+    ),
+    pytest.mark.skipif(
+        not DEBS,
+        reason=f"the Linux package is not built: no dist/deskllm_{__version__}_<arch>.deb"
+        + (f" (dist/ has only {', '.join(OTHER_DEBS)}: another version)" if OTHER_DEBS else "")
+        + "; build it with packaging/build_linux.sh",
     ),
 ]
 
@@ -31,11 +47,11 @@ def run(*cmd: str, **kw) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def deb() -> Path:
-    """packaging/build_linux.sh, once for this module: the .deb it made."""
-    built = run(str(ROOT / "packaging" / "build_linux.sh"), cwd=ROOT)
-    assert built.returncode == 0, built.stderr[-3000:]
-    [deb] = sorted((ROOT / "dist").glob("deskllm_*.deb"))
-    assert list((ROOT / "dist").glob("deskllm-*-linux-*.tar.gz"))
+    """The .deb packaging/build_linux.sh made (this version, this machine's architecture), and
+    the portable .tar.gz it made beside it."""
+    [deb] = DEBS  # one architecture: dist/ is this machine's build
+    arch = deb.name.removesuffix(".deb").rsplit("_", 1)[1]
+    assert (DIST / f"deskllm-{__version__}-linux-{arch}.tar.gz").is_file(), sorted(DIST.iterdir())
     return deb
 
 

@@ -326,7 +326,7 @@ def test_health_metrics_and_openapi(server):
 
 
 def test_a_full_queue_answers_429_with_retry_after(tmp_path, session_home, extra_bufts):
-    # One stream at a time (the single-stream engine): a second request has nothing to wait in.
+    # One stream at a time (one slot): a second request has nothing to wait in.
     with running_server(tmp_path, session_home, "--max-queue", "0", "--parallel", "1") as srv:
         client = openai.OpenAI(base_url=srv.v1, api_key="unused", max_retries=0, timeout=300)
         model = client.models.list().data[0].id

@@ -1,5 +1,5 @@
 """`deskllm serve`'s logprobs, /v1/completions and tool calls, driven by the official `openai`
-SDK against a real server on the starter model (single-stream and batched engines)."""
+SDK against a real server on the starter model (one slot and several)."""
 
 from __future__ import annotations
 

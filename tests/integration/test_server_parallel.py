@@ -1,4 +1,4 @@
-"""`deskllm serve --parallel 4`: one batched engine answering four streams at once, on the
+"""`deskllm serve --parallel 4`: one engine answering four streams at once, on the
 starter model, driven over HTTP as clients drive it (times are taken from the stream as it
 arrives, not from the server's own timings)."""
 
@@ -94,9 +94,9 @@ def metric(server, name: str) -> float:
     raise AssertionError(f"no {name} in /metrics")
 
 
-def test_a_lone_greedy_reply_equals_the_single_stream_engines(server, engine):
-    # With one request in flight the batched engine makes the same llama_decode calls as the
-    # single-stream engine (prompt chunks, its last token alone, then one token a step), so
+def test_a_lone_greedy_reply_equals_the_one_slot_engines(server, engine):
+    # With one request in flight N slots make the same llama_decode calls as one slot (prompt
+    # chunks, its last token alone, then one token a step), so
     # the greedy reply is the same token for token.
     alone = stream_chat(server, ask(PROMPTS[0]), max_tokens=24)
     single = engine.chat("parallel-check", [ChatMessage("system", "You are brief."),

@@ -1,6 +1,6 @@
-"""A sequence state of the batched engine's many-stream context, kept as the single-stream
-engine writes it, and back (llama.cpp's layout, without a model; the integration tests
-restore real states both ways)."""
+"""A sequence state of a many-slot context, kept as a one-slot context writes it, and back
+(llama.cpp's layout, without a model; the integration tests restore real states both
+ways)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The batched engine's slot choice and step budget, without a model."""
+"""The scheduler's slot choice and step budget, without a model."""
 
 from __future__ import annotations
 

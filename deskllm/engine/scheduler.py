@@ -1,4 +1,5 @@
-"""BatchRuntime: one model, one llama.cpp context, N slots answering N requests at once.
+"""Scheduler: the engine's one scheduler: one model, one llama.cpp context, N slots answering
+N requests at once (one slot is N=1, not separate code).
 
 Continuous batching as llama-server does it: each `step()` is one `llama_decode` holding one
 token of every generating slot plus prompt chunks of the slots still reading their prompt
@@ -11,12 +12,12 @@ The KV cache is not unified: each slot owns `n_ctx_seq` cells (the per-slot cont
 long conversation cannot starve the others. llama.cpp then reads the weights once per run of
 consecutive sequence ids in a batch: a step lists its tokens in slot order, and slot choice
 keeps running slots side by side. Before a slot's cells are overwritten by another
-conversation they are saved into the conversation state cache (kv_cache.py, the single-stream
-engine's, same guard and folder), and a request whose conversation has a saved state longer
-than any free slot's match is restored into a slot instead of reading its prompt again.
+conversation they are saved into the conversation state cache (kv_cache.py), and a request
+whose conversation has a saved state longer than any free slot's match is restored into a
+slot instead of reading its prompt again.
 
-Loads like LlamaRuntime (same model params, the probe's extra-buffer answer) and reuses its
-tokenizer and sampler chain. Runs only inside the batch worker process.
+The model, its context, tokenizer and sampler chain are LlamaModel's (llama_model.py). Runs
+only inside the engine worker process.
 """
 
 from __future__ import annotations
@@ -31,15 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deskllm.llamacpp import build
-
-build.activate()  # the chosen llama.cpp build, before it is imported
-
-import llama_cpp as L  # noqa: E402
-
-from deskllm.engine import runtime as single  # noqa: E402
-from deskllm.engine.errors import EngineError  # noqa: E402
-from deskllm.engine.kv_cache import (  # noqa: E402
+from deskllm.engine.errors import EngineError
+from deskllm.engine.kv_cache import (
     KvState,
     KvStateCache,
     delete_conversation_states,
@@ -48,8 +42,9 @@ from deskllm.engine.kv_cache import (  # noqa: E402
     model_identity,
     one_stream,
 )
-from deskllm.engine.protocol import LoadParams, Sampling, TokenLogprob  # noqa: E402
-from deskllm.engine.slots import (  # noqa: E402
+from deskllm.engine.llama_model import L, LlamaModel
+from deskllm.engine.protocol import LoadParams, Sampling, TokenLogprob
+from deskllm.engine.slots import (
     Slot,
     SlotChoice,
     choose_slot,
@@ -58,7 +53,8 @@ from deskllm.engine.slots import (  # noqa: E402
     reusable,
     share_budget,
 )
-from deskllm.engine.stop_strings import StopMatcher  # noqa: E402
+from deskllm.engine.stop_strings import StopMatcher
+from deskllm.llamacpp import build
 
 log = logging.getLogger("deskllm.engine")
 
@@ -88,6 +84,8 @@ class SlotRun:
     first_token: float | None = None
     last_token: float | None = None
     intervals: list[float] = field(default_factory=list)  # seconds between tokens
+    logprobs: list[float] = field(default_factory=list)  # Sampling.logprobs: the first N
+    n_past: int = 0  # tokens in its slot's context (kept when it ended)
     cancelled: bool = False
     batch_index: int = -1  # where its logits are in this step's output
 
@@ -112,19 +110,7 @@ class StepOutput:
     piece: str = ""
 
 
-class BatchRuntime:
-    # The single-stream runtime's tokenizer, template and sampler chain, shared as they are.
-    chat_template = single.LlamaRuntime.chat_template
-    token_text = single.LlamaRuntime.token_text
-    bos_text = single.LlamaRuntime.bos_text
-    eos_text = single.LlamaRuntime.eos_text
-    tokenize = single.LlamaRuntime.tokenize
-    token_detail = single.LlamaRuntime.token_detail
-    token_bytes = single.LlamaRuntime.token_bytes
-    make_sampler = single.LlamaRuntime.make_sampler
-    eog_tokens = single.LlamaRuntime.eog_tokens
-    _parse_buffers = single.LlamaRuntime._parse_buffers
-
+class Scheduler(LlamaModel):
     def __init__(
         self,
         params: LoadParams,
@@ -133,76 +119,26 @@ class BatchRuntime:
         on_progress: Callable[[float], None] | None = None,
     ) -> None:
         """`params.n_ctx` is the context of one slot; the context holds n_slots of them."""
-        single._init_backend()
-        single._log_lines.clear()
-        self.params = params
-        self.n_slots = n_slots
-        mparams = L.llama_model_default_params()
-        mparams.n_gpu_layers = params.n_gpu_layers
-        mparams.use_extra_bufts = use_extra_bufts
-
-        def progress(fraction: float, _user: ctypes.c_void_p) -> bool:
-            if on_progress:
-                on_progress(float(fraction))
-            return True
-
-        self._progress_cb = L.llama_progress_callback(progress)  # keep alive while loading
-        mparams.progress_callback = self._progress_cb
-        self.model = L.llama_model_load_from_file(params.model_path.encode(), mparams)
-        if not self.model:
-            raise EngineError(
-                f"llama.cpp could not load {params.model_path}: the file is not a model this "
-                "engine can read (corrupt, truncated or an unsupported architecture)",
-                kind="bad_model",
-            )
-        self.vocab = L.llama_model_get_vocab(self.model)
-        self.n_vocab = L.llama_vocab_n_tokens(self.vocab)
-        self.n_ctx_train = L.llama_model_n_ctx_train(self.model)
-        cparams = L.llama_context_default_params()
-        cparams.n_ctx = params.n_ctx * n_slots
-        cparams.n_batch = params.n_batch
-        cparams.n_ubatch = params.n_batch
-        cparams.n_seq_max = n_slots
-        cparams.kv_unified = False  # each slot its own n_ctx cells
-        cparams.n_threads = params.n_threads
-        cparams.n_threads_batch = params.n_threads
-        cparams.type_k = single.KV_TYPE_IDS[params.kv_type]
-        cparams.type_v = single.KV_TYPE_IDS[params.kv_type]
-        cparams.flash_attn_type = (
-            L.LLAMA_FLASH_ATTN_TYPE_ENABLED
-            if params.flash_attn
-            else L.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        )
-        self.ctx = L.llama_init_from_model(self.model, cparams)
-        if not self.ctx:
-            L.llama_model_free(self.model)
-            self.model = None
-            raise EngineError(
-                f"llama.cpp could not create a context of {n_slots} × {params.n_ctx} tokens "
-                f"for {params.model_path} (not enough memory, or KV type {params.kv_type} "
-                "without flash attention)",
-                kind="bad_model",
-            )
-        self.n_ctx = L.llama_n_ctx(self.ctx)  # all slots' cells
-        self.n_ctx_seq = L.llama_n_ctx_seq(self.ctx)  # one slot's
-        self.n_batch = L.llama_n_batch(self.ctx)
-        self.memory = L.llama_get_memory(self.ctx)
+        super().__init__(params, use_extra_bufts, on_progress, n_slots)
         self.slots = [Slot(i) for i in range(n_slots)]
         self.waiting: deque[SlotRun] = deque()
         self.running: dict[int, SlotRun] = {}  # by request id, in admission order
         self.clock = 0  # scheduler ticks, for choosing among equal slots
         self.steps = 0  # llama_decode calls: the heartbeat's progress
         self._batch = L.llama_batch_init(self.n_batch, 0, 1)
-        self._piece_buf = ctypes.create_string_buffer(256)
-        self.buffers = self._parse_buffers()
+        self.ticks = 0  # graph nodes run while reading prompts: the heartbeat's progress
+        self._tick_cb = L.ggml_abort_callback(self._tick)
+        self._no_cb = ctypes.cast(None, L.ggml_abort_callback)
+        # Called with a request when it gets its slot (the worker starts its energy span).
+        self.on_admitted: Callable[[SlotRun], None] | None = None
         self.kv_disk_dir = Path(params.kv_disk_dir) if params.kv_disk_dir else None
         self.state_cache = self._make_state_cache()
         self.save_seconds: list[float] = []  # each slot state saved, for the figures
 
     def _make_state_cache(self) -> KvStateCache | None:
-        """The single-stream engine's cache with its guard for the same per-slot context, so
-        each engine finds the other's states. Models whose memory is not one plain KV cache
-        keep llama.cpp's many-stream data as it is: their guard names the slot count."""
+        """The conversation state cache, its guard naming the per-slot context: a state saved
+        with any slot count restores with any other. Models whose memory is not one plain KV
+        cache keep llama.cpp's many-stream data as it is: their guard names the slot count."""
         params = self.params
         if params.kv_ram_budget_mb <= 0 and params.kv_disk_budget_mb <= 0:
             return None  # nothing would be kept: saving would only cost time
@@ -283,6 +219,8 @@ class BatchRuntime:
             run.matcher = StopMatcher(tuple(run.sampling.stop))
             run.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
             self.running[run.request_id] = run
+            if self.on_admitted is not None:
+                self.on_admitted(run)
 
     # Conversation states ----------------------------------------------------------------------
     def _place(self, run: SlotRun, choice: SlotChoice) -> tuple[Slot, int]:
@@ -429,6 +367,13 @@ class BatchRuntime:
         except OSError as exc:
             log.warning("could not write the KV states to disk: %s", exc)
 
+    def conversations(self) -> tuple[str, ...]:
+        """The conversations whose KV state is kept: in a slot, in RAM or on disk."""
+        kept = dict.fromkeys(s.conversation for s in self.slots if s.conversation is not None)
+        if self.state_cache is not None:
+            kept.update(dict.fromkeys(self.state_cache.keys()))
+        return tuple(kept)
+
     # Reading a reply's cells again ----------------------------------------------------------
     def _keep_exact(self, slot: Slot) -> list[int]:
         """Drop the slot's cells past `n_exact`; returns their tokens."""
@@ -470,6 +415,7 @@ class BatchRuntime:
             L.llama_sampler_free(run.sampler)
             run.sampler = None
         if run.slot is not None:
+            run.n_past = len(run.slot.tokens)
             self.clock += 1
             run.slot.request_id = None
             run.slot.last_used = self.clock
@@ -490,15 +436,15 @@ class BatchRuntime:
         if not runs:
             # Finished replies' cells are read again only in steps of their own: in a
             # request's step they would turn its one-token decodes into multi-token ones,
-            # and its reply would no longer be the single-stream engine's.
+            # and its reply would no longer be a lone request's.
             slot = next((s for s in self.slots if s.unread), None)
             if slot is not None:
                 self._read_again(slot, REREAD_STEP_TOKENS)
             return outputs
         decoding = [r for r in runs if len(r.feed) == 1]
         prefilling = [r for r in runs if len(r.feed) > 1]
-        # A prompt's last token is read alone, like a generated one: the single-stream
-        # engine does the same, so a lone request decodes exactly as it would there.
+        # A prompt's last token is read alone, like a generated one, so a reply's logits do
+        # not depend on how its prompt happened to be batched (a seed repeats its reply).
         shares = share_budget(len(decoding), [len(r.feed) - 1 for r in prefilling], self.n_batch)
         chunks = [(run, run.feed[:share]) for run, share in zip(prefilling, shares, strict=True)
                   if share]  # fmt: skip
@@ -519,7 +465,16 @@ class BatchRuntime:
         if n == 0:
             return outputs
         batch.n_tokens = n
-        rc = L.llama_decode(self.ctx, batch)
+        # A step reading prompt chunks may take seconds on a slow machine: llama.cpp's
+        # callback between graph nodes shows the heartbeat it is still working (a Python
+        # call per node: only in such steps).
+        if chunks:
+            L.llama_set_abort_callback(self.ctx, self._tick_cb, None)
+        try:
+            rc = L.llama_decode(self.ctx, batch)
+        finally:
+            if chunks:
+                L.llama_set_abort_callback(self.ctx, self._no_cb, None)
         self.steps += 1
         if rc != 0:
             error = EngineError(f"llama_decode failed ({rc}) with {len(runs)} streams")
@@ -539,6 +494,10 @@ class BatchRuntime:
             run.slot.tokens.append(run.feed.pop())
             outputs.append(self._sample(run, now))
         return outputs
+
+    def _tick(self, _data: ctypes.c_void_p) -> bool:
+        self.ticks += 1
+        return False  # never abort: a cancel stops a reply between steps
 
     def _add(self, n: int, token: int, pos: int, seq: int, logits: bool) -> int:
         batch = self._batch
@@ -564,6 +523,8 @@ class BatchRuntime:
         n = L.llama_token_to_piece(self.vocab, token, self._piece_buf, 256, 0, False)
         piece = run.decoder.decode(self._piece_buf.raw[:n]) if n > 0 else ""
         s = run.sampling
+        if len(run.logprobs) < s.logprobs:
+            run.logprobs.append(self.token_logprob(token, run.batch_index))
         lp = self.token_detail(token, s.top_logprobs, run.batch_index) if s.token_logprobs else None
         text, stopped = run.matcher.feed(piece)
         if stopped:
@@ -595,9 +556,4 @@ class BatchRuntime:
         if getattr(self, "_batch", None) is not None:
             L.llama_batch_free(self._batch)
             self._batch = None
-        if getattr(self, "ctx", None):
-            L.llama_free(self.ctx)
-            self.ctx = None
-        if getattr(self, "model", None):
-            L.llama_model_free(self.model)
-            self.model = None
+        super().close()
