@@ -83,7 +83,7 @@ def measure(
     gpu_layers: int | None = None,
 ) -> dict:
     from deskllm.engine.client import EngineClient
-    from deskllm.engine.protocol import LoadParams
+    from deskllm.engine.domain import LoadParams
     from deskllm.gguf.header import read_header
     from deskllm.loader import ModelLoader
     from deskllm.planner import FitPlanner

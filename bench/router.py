@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from deskllm.catalog.starter import starter_model_path  # noqa: E402
 from deskllm.engine.client import EngineClient  # noqa: E402
-from deskllm.engine.protocol import ChatMessage, LoadParams, Sampling, TextDelta  # noqa: E402
+from deskllm.engine.domain import ChatMessage, LoadParams, Sampling, TextDelta  # noqa: E402
 from deskllm.loader import ModelLoader  # noqa: E402
 from deskllm.remote.calibration import CALIBRATION_PROMPTS, local_scores  # noqa: E402
 from deskllm.remote.client import RemoteClient  # noqa: E402

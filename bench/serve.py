@@ -58,15 +58,15 @@ from pathlib import Path
 import httpx2
 
 from deskllm import settings as settings_mod
-from deskllm.cli.chat import resolve_model
+from deskllm.backends import Resolver
 from deskllm.engine.chat_template import ChatTemplate
 from deskllm.engine.client import EngineClient
+from deskllm.engine.domain import ChatMessage, LoadParams, Sampling
 from deskllm.engine.llama_model import L, LlamaModel
-from deskllm.engine.protocol import ChatMessage, LoadParams, Sampling
 from deskllm.llamacpp import build
 from deskllm.loader import ModelLoader
 from deskllm.loader.params import params_from_settings
-from deskllm.store import ModelLibrary, open_database
+from deskllm.store import open_database
 
 GEMMA = Path.home() / ".cache" / "deskllm-bench" / "gemma-3-270m-q4_k_m.gguf"
 SLOTS = 8
@@ -465,7 +465,7 @@ def main() -> int:
     counts = [int(k) for k in args.streams.split(",")]
     if max(counts) > SLOTS:
         parser.error(f"at most {SLOTS} streams")
-    library = ModelLibrary(open_database())
+    resolver = Resolver(open_database())
     names = args.model or [None] + ([str(GEMMA)] if GEMMA.is_file() else [])
     if not args.model and not GEMMA.is_file():
         print(f"note: {GEMMA} is missing (bench/fetch_gemma.sh fetches it); starter model only",
@@ -473,7 +473,7 @@ def main() -> int:
     load_start = os.getloadavg()[0]
     models = {}
     for name in names:
-        path = resolve_model(library, name)
+        path = resolver.local_path(name)
         models[Path(path).name] = measure(path, args, counts)
         print(json.dumps({Path(path).name: models[Path(path).name]}), file=sys.stderr)  # kept
     result = {

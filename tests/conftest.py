@@ -75,7 +75,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 def engine(tmp_path_factory: pytest.TempPathFactory, starter_model: Path, extra_bufts: bool):
     """A real engine process with the starter model loaded, shared by a test module."""
     from deskllm.engine.client import EngineClient
-    from deskllm.engine.protocol import LoadParams
+    from deskllm.engine.domain import LoadParams
 
     kv_dir = tmp_path_factory.mktemp("kv")
     client = EngineClient()
@@ -95,7 +95,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory, starter_model: Path, extra_
 @pytest.fixture
 def load_params(starter_model: Path, extra_bufts: bool, tmp_path: Path):
     """LoadParams for the starter model that skip the probe (already run once)."""
-    from deskllm.engine.protocol import LoadParams
+    from deskllm.engine.domain import LoadParams
 
     def make(**changes) -> LoadParams:
         base = dict(

@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Iterable
 
-from deskllm.engine.protocol import Done, Error, Event, Exited, Metrics, TextDelta
+from deskllm.engine.domain import Done, Error, Event, Exited, Metrics, TextDelta
 from deskllm.engine.reply import Reply
 
 

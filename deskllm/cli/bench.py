@@ -6,9 +6,10 @@ import argparse
 import json
 import sys
 
+from deskllm.backends import Resolver
 from deskllm.cli.chat import resolve_model
-from deskllm.engine.protocol import LoadParams
-from deskllm.store import ModelLibrary, open_database
+from deskllm.engine.domain import LoadParams
+from deskllm.store import open_database
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -48,7 +49,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return cmd_suite(args)
     from deskllm.measure.engine_bench import run_bench
 
-    model_path = resolve_model(ModelLibrary(open_database()), args.model)
+    model_path = resolve_model(Resolver(open_database()), args.model)
     params = LoadParams(model_path=model_path, n_ctx=args.ctx, n_threads=args.threads)
     result = run_bench(params, rounds=args.rounds)
     if args.json:
@@ -87,7 +88,7 @@ def cmd_suite(args: argparse.Namespace) -> int:
     from deskllm.planner.measured_configs import save_suite
 
     db = open_database()
-    model_path = resolve_model(ModelLibrary(db), args.model)
+    model_path = resolve_model(Resolver(db), args.model)
     settings = user_settings.load()
     metric = args.metric or settings.auto_config_metric
     suite = BenchSuite(

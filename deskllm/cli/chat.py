@@ -6,14 +6,13 @@ import argparse
 import sys
 
 from deskllm import settings as settings_mod
-from deskllm.cli.remote import client_for, remote_model_for
+from deskllm.backends import AUTO, Resolver
 from deskllm.engine.client import EngineClient
+from deskllm.engine.domain import Loaded, Metrics, Sampling
 from deskllm.engine.errors import EngineError, ErrorKind
-from deskllm.engine.protocol import Loaded, Metrics, Sampling
 from deskllm.engine.reply import Reply
 from deskllm.loader import LoadCheck, ModelLoader, params_from_settings
 from deskllm.remote.calibration import CALIBRATION_PROMPTS, local_scores
-from deskllm.remote.keys import KeyStore
 from deskllm.remote.remote_model import RemoteModel
 from deskllm.remote.router import (
     DEFAULT_UNCERTAINTY_TOKENS,
@@ -22,9 +21,8 @@ from deskllm.remote.router import (
     Router,
     threshold_for_share,
 )
-from deskllm.store import ConversationStore, ModelLibrary, ModelNotFound, open_database
+from deskllm.store import ConversationStore, ModelNotFound, open_database
 from deskllm.store.chat_session import ChatSession
-from deskllm.store.remote_endpoints import EndpointRegistry
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -69,10 +67,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_chat)
 
 
-def resolve_model(library: ModelLibrary, name: str | None) -> str:
-    """The model argument → a path, or exit with the reason."""
+def resolve_model(resolver: Resolver, name: str | None) -> str:
+    """A local model argument → a path, or exit with the reason."""
     try:
-        return library.resolve(name)
+        return resolver.local_path(name)
     except ModelNotFound as exc:
         raise SystemExit(f"deskllm: {exc}") from None
 
@@ -133,7 +131,7 @@ def _print_remote_metrics(m: Metrics) -> None:
 
 def cmd_chat(args: argparse.Namespace) -> int:
     db = open_database()
-    library, store = ModelLibrary(db), ConversationStore(db)
+    store = ConversationStore(db)
     sampling = Sampling(
         temperature=args.temperature,
         top_p=args.top_p,
@@ -144,14 +142,17 @@ def cmd_chat(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens,
         stop=tuple(args.stop),
     )
-    if args.model == "auto":
-        return _auto_chat(args, db, library, store, sampling)
-    remote = remote_model_for(db, args.model)
+    resolver = Resolver(db)
+    if args.model == AUTO:
+        return _auto_chat(args, resolver, store, sampling)
+    try:
+        remote = resolver.remote(args.model) if args.model else None
+    except EngineError as exc:
+        raise SystemExit(f"deskllm: {exc.reason}") from None
     if remote is not None:
         with remote:
-            return _converse(args, store, ChatSession(remote, store, model=remote.label),
-                             remote.label, sampling)  # fmt: skip
-    model_path = resolve_model(library, args.model)
+            return _converse(args, store, ChatSession(remote, store), remote.label, sampling)
+    model_path = resolve_model(resolver, args.model)
     params = params_from_settings(
         settings_mod.load(), model_path,
         n_ctx=args.ctx or None, kv_type=args.kv, flash_attn=args.flash_attn,
@@ -168,50 +169,32 @@ def cmd_chat(args: argparse.Namespace) -> int:
         return _converse(args, store, ChatSession(client, store), model_path, sampling)
 
 
-def _routing_target(db, spec: str | None) -> RemoteModel | None:
-    """The remote model `--model auto` may escalate to: only on an endpoint that allows
-    routing. None when none does (privacy mode: nothing is contacted)."""
-    registry = EndpointRegistry(db)
-    if spec:
-        name, _, model = spec.partition("/")
-        endpoint = registry.find(name)
-        if endpoint is None or not model:
-            raise SystemExit(f"deskllm: --remote {spec!r}: give NAME/MODEL of a registered "
-                             "endpoint")  # fmt: skip
-        if not endpoint.allow_routing:
-            raise SystemExit(f"deskllm: endpoint {name} does not allow routing; allow it with "
-                             f"`deskllm remote routing {name} on`")  # fmt: skip
-        return RemoteModel(model, client_for(endpoint, KeyStore()), spec)
-    targets = registry.routing_targets()
-    if not targets:
-        return None
-    client = client_for(targets[0], KeyStore())
+def _routing_target(resolver: Resolver, spec: str | None) -> RemoteModel | None:
+    """The remote model `--model auto` may escalate to (see Resolver.routing_target); an
+    endpoint that does not answer leaves every reply local, with a notice."""
     try:
-        models = client.list_models()
+        return resolver.routing_target(spec)
     except EngineError as exc:
-        client.close()
+        if exc.kind == ErrorKind.BAD_REQUEST:
+            raise SystemExit(f"deskllm: --remote: {exc.reason}") from None
         print(f"[router: {exc.reason}; replies stay local]", file=sys.stderr)
         return None
-    if not models:
-        client.close()
-        return None
-    return RemoteModel(models[0], client, f"{targets[0].name}/{models[0]}")
 
 
-def _auto_chat(args, db, library: ModelLibrary, store: ConversationStore, sampling) -> int:
+def _auto_chat(args, resolver: Resolver, store: ConversationStore, sampling) -> int:
     """`--model auto`: the local model first, through the router."""
     if args.escalate_share is not None and not 0 <= args.escalate_share <= 1:
         raise SystemExit("deskllm: --escalate-share is a share between 0 and 1")
     if args.uncertainty_tokens < 1:
         raise SystemExit("deskllm: --uncertainty-tokens must be at least 1")
-    model_path = resolve_model(library, args.local_model)
+    model_path = resolve_model(resolver, args.local_model)
     params = params_from_settings(
         settings_mod.load(), model_path,
         n_ctx=args.ctx or None, kv_type=args.kv, flash_attn=args.flash_attn,
     )  # fmt: skip
-    target = _routing_target(db, args.remote)
+    target = _routing_target(resolver, args.remote)
     with EngineClient() as client:
-        loader = ModelLoader(client, db=db)
+        loader = ModelLoader(client, db=resolver.db)
         try:
             loaded = loader.load(params)
         except EngineError as exc:
@@ -239,9 +222,9 @@ def _auto_chat(args, db, library: ModelLibrary, store: ConversationStore, sampli
             print("[router: no endpoint allows routing; every reply stays on this machine]",
                   file=sys.stderr)  # fmt: skip
         policy = RoutePolicy(threshold, args.uncertainty_tokens)
-        router = Router(client, model_path, target, policy)
+        router = resolver.router(client, target, policy)
         try:
-            session = ChatSession(router, store, model=router.label)
+            session = ChatSession(router, store)
             return _converse(args, store, session, router.label, sampling, router)
         finally:
             router.close()

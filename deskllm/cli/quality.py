@@ -9,6 +9,7 @@ import json
 import sys
 
 from deskllm import settings as settings_mod
+from deskllm.backends import Resolver
 from deskllm.cli.chat import resolve_model
 from deskllm.engine.client import EngineClient
 from deskllm.loader import ModelLoader, params_from_settings
@@ -20,7 +21,7 @@ from deskllm.measure.quality import (
     check_quality,
 )
 from deskllm.measure.quality_text import TextNotFound, conversation_text, file_text, sample_text
-from deskllm.store import ModelLibrary, open_database
+from deskllm.store import open_database
 from deskllm.store.quality_results import QualityResults
 
 
@@ -51,9 +52,9 @@ def _progress(p: QualityProgress) -> None:
 
 def cmd_quality(args: argparse.Namespace) -> int:
     db = open_database()
-    library = ModelLibrary(db)
-    model_path = resolve_model(library, args.model)
-    reference_path = resolve_model(library, args.reference)
+    resolver = Resolver(db)
+    model_path = resolve_model(resolver, args.model)
+    reference_path = resolve_model(resolver, args.reference)
     try:
         if args.conversation:
             text = conversation_text(db, args.conversation)

@@ -1,5 +1,5 @@
-"""`deskllm remote add | list | test | remove`: remote OpenAI-compatible engines, and the
-NAME/MODEL targets `deskllm chat --model` accepts."""
+"""`deskllm remote add | list | test | remove | price | routing`: remote OpenAI-compatible
+engines (the NAME/MODEL and */MODEL names every face accepts resolve in deskllm.backends)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,9 @@ import argparse
 import json
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
-from sqlite_utils import Database
-
+from deskllm.backends.routing import probe
 from deskllm.database import open_database
-from deskllm.engine.errors import EngineError
-from deskllm.remote.client import RemoteClient
 from deskllm.remote.endpoint import (
     DEFAULT_CONNECT_TIMEOUT_S,
     DEFAULT_READ_TIMEOUT_S,
@@ -24,12 +20,8 @@ from deskllm.remote.endpoint import (
     resolve_url,
 )
 from deskllm.remote.keys import KeyStore
-from deskllm.remote.pool import RemotePool
 from deskllm.remote.presets import DEFAULT_PRESET, PRESETS
-from deskllm.remote.remote_model import RemoteModel
 from deskllm.store.remote_endpoints import EndpointNotFound, EndpointRegistry
-
-POOL_NAME = "*"  # --model */MODEL: every registered endpoint that serves MODEL
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -110,10 +102,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     rm.set_defaults(func=cmd_remove)  # fmt: skip
 
 
-def client_for(endpoint: Endpoint, keys: KeyStore) -> RemoteClient:
-    return RemoteClient(endpoint, keys.get(endpoint.name))
-
-
 def cmd_add(args: argparse.Namespace) -> int:
     try:
         endpoint = Endpoint(
@@ -155,24 +143,15 @@ def _positive(value: float, flag: str) -> float:
     return value
 
 
-def _probe(endpoint: Endpoint, keys: KeyStore) -> tuple[list[str], str | None]:
-    """The endpoint's models, or the reason it did not answer."""
-    with client_for(endpoint, keys) as client:
-        try:
-            return client.list_models(), None
-        except EngineError as exc:
-            return [], exc.reason
-
-
 def cmd_list(args: argparse.Namespace) -> int:
     endpoints = EndpointRegistry(open_database()).all()
     keys = KeyStore()
     with ThreadPoolExecutor(max_workers=max(1, min(8, len(endpoints)))) as workers:
-        probes = list(workers.map(lambda e: _probe(e, keys), endpoints))
+        probes = list(workers.map(lambda e: probe(e, keys.get(e.name)), endpoints))
     rows = [
-        {"name": e.name, "url": e.base_url, "models": models, "healthy": error is None,
+        {"name": e.name, "url": e.base_url, "models": list(p.models), "healthy": p.healthy,
          "allow_routing": e.allow_routing}
-        for e, (models, error) in zip(endpoints, probes, strict=True)
+        for e, p in zip(endpoints, probes, strict=True)
     ]  # fmt: skip
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -180,11 +159,11 @@ def cmd_list(args: argparse.Namespace) -> int:
     if not rows:
         print("no remote endpoints; add one with `deskllm remote add NAME URL`")
         return 0
-    for row, (_, error) in zip(rows, probes, strict=True):
+    for row, p in zip(rows, probes, strict=True):
         health = "healthy" if row["healthy"] else "unhealthy"
         routing = "routing allowed" if row["allow_routing"] else "no routing"
         print(f"{row['name']}  {row['url']}  {health}  {routing}")
-        print(f"    models: {', '.join(row['models'])}" if row["models"] else f"    {error}")
+        print(f"    models: {', '.join(row['models'])}" if row["models"] else f"    {p.error}")
     return 0
 
 
@@ -197,12 +176,12 @@ def cmd_test(args: argparse.Namespace) -> int:
     keys = KeyStore()
     print(f"connecting to {endpoint.name} at {endpoint.base_url} "
           f"({'with' if keys.get(endpoint.name) else 'without'} an API key)…")  # fmt: skip
-    models, error = _probe(endpoint, keys)
-    if error is not None:
-        print(f"deskllm: {error}", file=sys.stderr)
+    answer = probe(endpoint, keys.get(endpoint.name))
+    if answer.error is not None:
+        print(f"deskllm: {answer.error}", file=sys.stderr)
         return 1
-    print(f"ok: {endpoint.name} serves {len(models)} model(s):")
-    for model in models:
+    print(f"ok: {endpoint.name} serves {len(answer.models)} model(s):")
+    for model in answer.models:
         print(f"    {endpoint.name}/{model}")
     return 0
 
@@ -241,24 +220,3 @@ def cmd_routing(args: argparse.Namespace) -> int:
         return 1
     print(f"{args.name}: routing {'allowed' if args.state == 'on' else 'not allowed'}")
     return 0
-
-
-def remote_model_for(db: Database, spec: str | None) -> RemoteModel | None:
-    """`--model NAME/MODEL` (a registered endpoint) or `*/MODEL` (a pool of every endpoint
-    serving MODEL) → a RemoteModel; None for anything else, and for an existing file."""
-    if not spec or "/" not in spec or Path(spec).exists():
-        return None
-    name, model = spec.split("/", 1)
-    registry, keys = EndpointRegistry(db), KeyStore()
-    if name != POOL_NAME:
-        endpoint = registry.find(name)
-        if endpoint is None:
-            return None
-        return RemoteModel(model, client_for(endpoint, keys), spec)
-    endpoints = registry.all()
-    with ThreadPoolExecutor(max_workers=max(1, min(8, len(endpoints)))) as workers:
-        probes = list(workers.map(lambda e: _probe(e, keys), endpoints))
-    serving = [e for e, (models, _) in zip(endpoints, probes, strict=True) if model in models]
-    if not serving:
-        raise SystemExit(f"deskllm: no registered endpoint that answers serves {model!r}")
-    return RemoteModel(model, RemotePool(model, [client_for(e, keys) for e in serving]), spec)

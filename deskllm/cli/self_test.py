@@ -36,7 +36,7 @@ def _check_hardware() -> dict[str, Any]:
 def _check_engine() -> dict[str, Any]:
     from deskllm.catalog.starter import starter_model_path
     from deskllm.engine.client import EngineClient
-    from deskllm.engine.protocol import ChatMessage, LoadParams, Sampling
+    from deskllm.engine.domain import ChatMessage, LoadParams, Sampling
     from deskllm.loader import ModelLoader
 
     model = starter_model_path()

@@ -7,10 +7,11 @@ import sys
 from pathlib import Path
 
 from deskllm import settings as settings_mod
+from deskllm.backends import Resolver
 from deskllm.cli.chat import resolve_model
 from deskllm.database import open_database
+from deskllm.engine.domain import LoadParams
 from deskllm.engine.errors import EngineError
-from deskllm.engine.protocol import LoadParams
 from deskllm.loader import ModelLoader, params_from_settings
 from deskllm.server.config import DEFAULT_MAX_QUEUE, DEFAULT_PORT, ServerConfig, is_loopback
 from deskllm.settings import AUTO_SERVER_SLOTS
@@ -23,7 +24,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="address to listen on; any but loopback uses an API key (the stored "
                         "one unless --api-key names one)")  # fmt: skip
     p.add_argument("--port", type=int, default=DEFAULT_PORT)
-    p.add_argument("--model", default=None, help="a .gguf path or an installed model's name")
+    p.add_argument("--model", default=None,
+                   help="a .gguf path or an installed model's name: the model served "
+                        "(requests may also name any installed model, auto, NAME/MODEL or "
+                        "*/MODEL)")  # fmt: skip
     p.add_argument("--api-key", default=None,
                    help="clients must send 'Authorization: Bearer KEY'; 'stored': the key "
                         "generated on first use and kept in the deskllm home")  # fmt: skip
@@ -41,7 +45,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from deskllm.backends.routing import escalate_share
     from deskllm.server.api_key import key_path, stored_key
+    from deskllm.server.gateway import Gateway
     from deskllm.server.installed import InstalledModels
     from deskllm.server.model_host import ModelHost
     from deskllm.server.runner import serve
@@ -64,8 +70,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if refusal:
         print(f"deskllm: {refusal}", file=sys.stderr)
         return 2
-    library = ModelLibrary(open_database())
-    model_path = resolve_model(library, args.model)
+    db = open_database()
+    library = ModelLibrary(db)
+    model_path = resolve_model(Resolver(db), args.model)
     installed = library.find(model_path)
     model_id = installed.name if installed else Path(model_path).stem
     settings = settings_mod.load()
@@ -83,8 +90,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
             slots = ModelLoader(None).slots_that_fit(params, AUTO_SERVER_SLOTS)
         except EngineError:
             slots = 1  # a bad file: the load says why
+    # `auto` and the registered remote endpoints' models answer beside the local ones.
+    gateway = Gateway(open_database, escalate_share(settings.router_escalate))
     host = ModelHost(params, model_id, max_queue=args.max_queue, open_db=open_database,
-                     parallel=slots, installed=library_models)  # fmt: skip
+                     parallel=slots, installed=library_models, gateway=gateway)  # fmt: skip
     print(f"deskllm: serving {model_id} at http://{args.host}:{args.port}/v1 with {slots} "
           f"slot{'s' if slots > 1 else ''} (loading…)", file=sys.stderr, flush=True)  # fmt: skip
     return serve(host, config)

@@ -18,7 +18,7 @@ from jinja2 import TemplateError
 from jinja2.exceptions import SecurityError
 
 from deskllm.engine import template_limits
-from deskllm.engine.protocol import ChatMessage
+from deskllm.engine.domain import ChatMessage
 from deskllm.engine.template_limits import BoundedSandbox, TemplateLimitError
 from deskllm.engine.tool_prompt import message_dict, tools_in_text
 

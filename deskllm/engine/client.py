@@ -35,28 +35,30 @@ from pathlib import Path
 
 from deskllm import paths
 from deskllm.engine.device_env import device_env
+from deskllm.engine.domain import (
+    ChatMessage,
+    Done,
+    Embeddings,
+    Error,
+    Event,
+    Exited,
+    Loaded,
+    LoadParams,
+    LoadProgress,
+    Sampling,
+    StatusReport,
+)
 from deskllm.engine.errors import EngineBusy, EngineError, ErrorKind
 from deskllm.engine.kv_cache import delete_conversation_states
 from deskllm.engine.protocol import (
     Cancel,
     Chat,
-    ChatMessage,
-    Done,
     Embed,
-    Embeddings,
-    Error,
-    Event,
-    Exited,
     Forget,
     Heartbeat,
     Load,
-    Loaded,
-    LoadParams,
-    LoadProgress,
-    Sampling,
     Shutdown,
     Status,
-    StatusReport,
     StepEvents,
     Unload,
 )
@@ -345,6 +347,11 @@ class EngineClient:
         finally:
             with self._lock:
                 self._mailboxes.pop(_CONTROL, None)
+
+    @property
+    def label(self) -> str | None:
+        """The loaded model's file (ChatBackend.label)."""
+        return self.params.model_path if self.params is not None else None
 
     def chat(
         self,

@@ -3,7 +3,7 @@ these once per process, so a change needs a fresh worker (EngineClient._ensure_p
 
 from __future__ import annotations
 
-from deskllm.engine.protocol import LoadParams
+from deskllm.engine.domain import LoadParams
 
 
 def device_env(params: LoadParams) -> dict[str, str]:

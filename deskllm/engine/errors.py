@@ -31,12 +31,12 @@ class ErrorKind(StrEnum):
 class EngineError(RuntimeError):
     """A failure to report to the user as it is, with its kind."""
 
-    def __init__(self, reason: str, kind: ErrorKind | str = ErrorKind.ERROR) -> None:
+    def __init__(self, reason: str, kind: ErrorKind = ErrorKind.ERROR) -> None:
         super().__init__(reason)
         self.reason = reason
-        self.kind = ErrorKind(kind)
+        self.kind = ErrorKind(kind)  # a kind read back from text (a stored reply) is checked
 
 
 class EngineBusy(EngineError):
     def __init__(self) -> None:
-        super().__init__("the engine is answering another request; wait or stop it", "busy")
+        super().__init__("the engine is answering another request; wait or stop it", ErrorKind.BUSY)

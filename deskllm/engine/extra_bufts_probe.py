@@ -24,7 +24,7 @@ PROBE_TIMEOUT_S = 120.0
 
 
 def _probe_child(model_path: str) -> None:
-    from deskllm.engine.protocol import LoadParams, Sampling
+    from deskllm.engine.domain import LoadParams, Sampling
     from deskllm.engine.scheduler import Scheduler
 
     params = LoadParams(model_path=model_path, n_ctx=256, n_threads=1, n_batch=64,

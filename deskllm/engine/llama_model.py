@@ -23,8 +23,8 @@ build.activate()  # the chosen llama.cpp build, before it is imported
 
 import llama_cpp as L  # noqa: E402
 
+from deskllm.engine.domain import LoadParams, Sampling, TokenLogprob  # noqa: E402
 from deskllm.engine.errors import EngineError, ErrorKind  # noqa: E402
-from deskllm.engine.protocol import LoadParams, Sampling, TokenLogprob  # noqa: E402
 
 log = logging.getLogger("deskllm.engine")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from deskllm import paths
-from deskllm.engine.protocol import LoadParams
+from deskllm.engine.domain import LoadParams
 
 DEFAULT_CTX_CAP = 4096
 

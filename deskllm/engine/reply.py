@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
+from deskllm.engine.domain import Done, Error, Event, Exited, Metrics, TextDelta
 from deskllm.engine.errors import EngineError
-from deskllm.engine.protocol import Done, Error, Event, Exited, Metrics, TextDelta
 
 
 class Reply:

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from deskllm.engine.domain import LoadParams, Sampling, TokenLogprob
 from deskllm.engine.errors import EngineError
 from deskllm.engine.kv_cache import (
     KvState,
@@ -43,7 +44,6 @@ from deskllm.engine.kv_cache import (
     one_stream,
 )
 from deskllm.engine.llama_model import L, LlamaModel
-from deskllm.engine.protocol import LoadParams, Sampling, TokenLogprob
 from deskllm.engine.slots import (
     Slot,
     SlotChoice,

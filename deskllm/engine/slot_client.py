@@ -13,7 +13,7 @@ import weakref
 from collections.abc import Callable
 
 from deskllm.engine.client import EngineClient
-from deskllm.engine.protocol import ChatMessage, Loaded, LoadParams, Sampling, StatusReport
+from deskllm.engine.domain import ChatMessage, Loaded, LoadParams, Sampling, StatusReport
 from deskllm.engine.reply import Reply
 
 
@@ -26,6 +26,10 @@ class SlotClient:
     @property
     def params(self) -> LoadParams | None:
         return self.engine.params
+
+    @property
+    def label(self) -> str | None:
+        return self.engine.label
 
     @property
     def loaded(self) -> Loaded | None:

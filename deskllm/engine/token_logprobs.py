@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from deskllm.engine.protocol import TokenLogprob
+from deskllm.engine.domain import TokenLogprob
 
 if TYPE_CHECKING:
     import numpy as np

@@ -14,7 +14,7 @@ import contextlib
 import json
 from typing import Any
 
-from deskllm.engine.protocol import ChatMessage
+from deskllm.engine.domain import ChatMessage
 
 HERMES_SYSTEM = (
     "You may call one or more functions to assist with the user query. The functions are "

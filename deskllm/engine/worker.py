@@ -21,27 +21,29 @@ from pathlib import Path
 import psutil
 
 from deskllm.engine.chat_template import ChatTemplate, TemplateRefused
+from deskllm.engine.domain import (
+    ChatMessage,
+    Done,
+    Embeddings,
+    Error,
+    Loaded,
+    LoadProgress,
+    Metrics,
+    StatusReport,
+    TextDelta,
+)
 from deskllm.engine.errors import EngineError, ErrorKind
 from deskllm.engine.load_defaults import resolve_params
 from deskllm.engine.protocol import (
     Cancel,
     Chat,
-    ChatMessage,
-    Done,
     Embed,
-    Embeddings,
-    Error,
     Forget,
     Heartbeat,
     Load,
-    Loaded,
-    LoadProgress,
-    Metrics,
     Shutdown,
     Status,
-    StatusReport,
     StepEvents,
-    TextDelta,
     Unload,
 )
 from deskllm.engine.raw_prompt import fit_raw_prompt

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from deskllm.backends.names import AUTO, AUTO_TITLE, endpoint_of, is_remote
+from deskllm.backends.routing import ENDPOINT_DOWN
 from deskllm.gui.chat_input import ChatInput
 from deskllm.gui.conversation_settings import ConversationSettingsDialog
 from deskllm.gui.elided_label import ElidedLabel
@@ -42,7 +44,6 @@ from deskllm.gui.qt import (
 )
 from deskllm.gui.remote_banner import RemoteBanner
 from deskllm.gui.remote_catalog import RemoteCatalog
-from deskllm.gui.remote_targets import AUTO, AUTO_TITLE, ENDPOINT_DOWN, endpoint_of, is_remote
 from deskllm.gui.throttle import Throttle
 from deskllm.store import Conversation, ConversationStore, Message, ModelLibrary
 

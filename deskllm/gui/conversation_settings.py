@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from deskllm.engine.protocol import Sampling
+from deskllm.engine.domain import Sampling
 from deskllm.gui.qt import (
     QComboBox,
     QDialog,

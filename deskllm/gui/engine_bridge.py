@@ -3,7 +3,7 @@
 as Qt signals. Stop goes straight to the client (thread-safe).
 
 A conversation whose model is NAME/MODEL chats with that remote model, one whose model is
-"auto" through the router on the loaded local model (deskllm.gui.remote_targets); replies
+"auto" through the router on the loaded local model (deskllm.backends); replies
 from either are stored and streamed exactly like local ones.
 
 Signals (all emitted on the GUI thread):
@@ -31,15 +31,17 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from deskllm.backends import AUTO, Resolver, routing
+from deskllm.backends.names import is_remote
 from deskllm.engine.client import EngineClient
+from deskllm.engine.domain import LoadParams, Metrics, Sampling, TextDelta
 from deskllm.engine.errors import EngineError
-from deskllm.engine.protocol import LoadParams, Metrics, Sampling, TextDelta
 from deskllm.engine.reply import Reply
 from deskllm.engine.slot_client import SlotClient
-from deskllm.gui import remote_targets
 from deskllm.gui.qt import QObject, Signal
 from deskllm.gui.tasks import TaskRunner
 from deskllm.loader import ModelLoader
+from deskllm.remote.calibration import CALIBRATION_PROMPTS
 from deskllm.store import ConversationStore, ModelLibrary, open_database
 from deskllm.store.chat_session import ChatSession
 
@@ -72,7 +74,7 @@ class EngineBridge(QObject):
         self.routing_target: Callable[[], str | None] = lambda: None
         # The share of replies Auto sends remote for being unsure (None: off; the window sets it).
         self.escalate_share: Callable[[], float | None] = lambda: None
-        self.calibrations: dict[str, remote_targets.Calibration] = {}  # task thread only
+        self.calibrations: dict[str, routing.Calibration] = {}  # task thread only
         self._active_lock = threading.Lock()
         self._active: Reply | None = None  # the reply streaming now, to stop a remote one
 
@@ -159,6 +161,7 @@ class EngineBridge(QObject):
 
     def _start_serving(self, config, slots: int) -> None:
         from deskllm.server.embedded import EmbeddedServer, ServerStartError
+        from deskllm.server.gateway import Gateway
         from deskllm.settings import AUTO_SERVER_SLOTS
 
         if self.server is not None:
@@ -188,8 +191,11 @@ class EngineBridge(QObject):
             finally:
                 loader.slots = None  # the engine's count from now on
         try:
+            # `auto` and the remote endpoints' models answer there too, as in `deskllm serve`.
+            gateway = Gateway(lambda: open_database(self.db_path), self.escalate_share())
             server = EmbeddedServer(self.engine, self.engine.loaded,
-                                    self._model_id(params.model_path), config, slots)  # fmt: skip
+                                    self._model_id(params.model_path), config, slots,
+                                    gateway)  # fmt: skip
             server.start()
         except Exception as exc:  # the model stays loaded as it is
             if not isinstance(exc, ServerStartError):
@@ -263,30 +269,31 @@ class EngineBridge(QObject):
         local = self._parts()[1]
         conversation = local.store.get(conversation_id)
         model = conversation.model
-        if asked or model == remote_targets.AUTO:
-            router = remote_targets.router(self._db, self.client, target)
+        resolver = Resolver(self._db)
+        if asked or model == AUTO:
+            router = resolver.stored_router(self.client, target)
             if asked:
                 router.ask_remote_next()
             elif router.target is not None and share is not None:
                 sampling = Sampling.from_dict(conversation.sampling)
                 router.policy = self._calibration(conversation_id, share, sampling).policy
-            return ChatSession(router, local.store, model=router.label), router.close
-        if remote_targets.is_remote(model):
-            remote = remote_targets.remote_model(self._db, model)
-            return ChatSession(remote, local.store, model=remote.label), remote.close
+            return ChatSession(router, local.store), router.close
+        if is_remote(model):
+            remote = resolver.stored_remote(model)
+            return ChatSession(remote, local.store), remote.close
         return local, None
 
     def _calibration(
         self, conversation_id: str, share: float, sampling: Sampling
-    ) -> remote_targets.Calibration:
+    ) -> routing.Calibration:
         """Auto's threshold for `share`, measured on the loaded model the first time."""
         model = self.client.params.model_path if self.client.params else ""
-        key = remote_targets.calibration_key(model, share, sampling)
+        key = routing.calibration_key(model, share, sampling)
         if key not in self.calibrations:
-            n = len(remote_targets.CALIBRATION_PROMPTS)
+            n = len(CALIBRATION_PROMPTS)
             self.tasks.post(self.notice.emit, conversation_id, f"Measuring how sure the local "
                             f"model is on {n} fixed prompts (once per model)…")  # fmt: skip
-            self.calibrations[key] = remote_targets.calibrate(self.client, share, sampling)
+            self.calibrations[key] = routing.calibrate(self.client, share, sampling)
         return self.calibrations[key]
 
     def _stream(

@@ -8,10 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from deskllm.backends.routing import escalate_share
 from deskllm.engine.client import CRASH_LIMIT
+from deskllm.engine.domain import Loaded, LoadParams
 from deskllm.engine.errors import ErrorKind
 from deskllm.engine.load_defaults import DEFAULT_CTX_CAP
-from deskllm.engine.protocol import Loaded, LoadParams
 from deskllm.engine.reply import Reply
 from deskllm.gui.app_model import AppModel
 from deskllm.gui.chat_panel import NEW_TITLE, ChatPanel
@@ -38,7 +39,6 @@ from deskllm.gui.qt import (
     QWidget,
 )
 from deskllm.gui.readouts import LiveReadouts
-from deskllm.gui.remote_targets import escalate_share
 from deskllm.gui.settings_dialog import SettingsDialog
 from deskllm.gui.shortcuts_dialog import show_shortcuts
 from deskllm.gui.sidebar import ConversationSidebar

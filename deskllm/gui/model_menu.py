@@ -22,9 +22,9 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 
+from deskllm.backends.names import AUTO, AUTO_TITLE, is_remote
 from deskllm.gui.qt import QAction, QActionGroup, QMenu, QPoint, Qt, QToolButton, QWidget, Signal
 from deskllm.gui.remote_catalog import RemoteCatalog
-from deskllm.gui.remote_targets import AUTO, AUTO_TITLE, is_remote
 from deskllm.gui.tasks import TaskRunner
 from deskllm.store import InstalledModel, ModelLibrary
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from deskllm.engine.protocol import Metrics
+from deskllm.engine.domain import Metrics
 from deskllm.gui.chat_render import energy_per_token, mib
 from deskllm.gui.qt import QHBoxLayout, QLabel, QProgressBar, QWidget
 from deskllm.gui.sparkline import Sparkline

@@ -13,8 +13,8 @@ from concurrent.futures import Future
 
 from sqlite_utils import Database
 
+from deskllm.backends.routing import Probe, probe
 from deskllm.gui.qt import QObject, Signal
-from deskllm.gui.remote_targets import Probe, probe
 from deskllm.gui.tasks import TaskRunner
 from deskllm.remote.endpoint import Endpoint
 from deskllm.store.remote_endpoints import EndpointRegistry

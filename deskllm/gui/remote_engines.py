@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 
+from deskllm.backends.routing import Probe, probe
 from deskllm.gui.qt import (
     QAbstractItemView,
     QCheckBox,
@@ -35,7 +36,6 @@ from deskllm.gui.qt import (
     QWidget,
 )
 from deskllm.gui.remote_catalog import RemoteCatalog
-from deskllm.gui.remote_targets import Probe, probe
 from deskllm.gui.tasks import TaskRunner
 from deskllm.remote.endpoint import (
     Endpoint,

@@ -21,9 +21,9 @@ from pathlib import Path
 from sqlite_utils import Database
 
 from deskllm.engine.client import EngineClient
+from deskllm.engine.domain import Loaded, LoadParams
 from deskllm.engine.errors import EngineError, ErrorKind
 from deskllm.engine.load_defaults import resolve_params
-from deskllm.engine.protocol import Loaded, LoadParams
 from deskllm.gguf.header import GgufError, GgufHeader, read_header
 from deskllm.hardware.report import HardwareReport
 from deskllm.planner.fit import FitPlan, FitPlanner

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from deskllm.engine.protocol import LoadParams
+from deskllm.engine.domain import LoadParams
 from deskllm.hardware.energy_cost import LocalCostRates
 from deskllm.settings import Settings
 

@@ -29,8 +29,8 @@ import time
 import uuid
 
 from deskllm.engine.client import EngineClient
+from deskllm.engine.domain import ChatMessage, Done, LoadParams, Sampling
 from deskllm.engine.errors import ErrorKind
-from deskllm.engine.protocol import ChatMessage, Done, LoadParams, Sampling
 from deskllm.engine.reply import Reply
 from deskllm.loader import ModelLoader
 

@@ -31,8 +31,8 @@ from pathlib import Path
 import numpy as np
 
 from deskllm.engine.client import EngineClient, exit_reason
+from deskllm.engine.domain import LoadParams
 from deskllm.engine.errors import EngineError
-from deskllm.engine.protocol import LoadParams
 from deskllm.loader import ModelLoader
 from deskllm.measure.logprobs import TokenScores
 

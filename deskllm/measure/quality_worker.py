@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from deskllm.engine.protocol import LoadParams
+from deskllm.engine.domain import LoadParams
 from deskllm.measure import logprobs
 
 

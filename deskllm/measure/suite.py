@@ -37,8 +37,8 @@ from typing import Any
 from sqlite_utils import Database
 
 from deskllm.engine.client import EngineClient
+from deskllm.engine.domain import ChatMessage, Done, LoadParams, Metrics, Sampling, TextDelta
 from deskllm.engine.errors import EngineError
-from deskllm.engine.protocol import ChatMessage, Done, LoadParams, Metrics, Sampling, TextDelta
 from deskllm.gguf.header import read_header
 from deskllm.hardware.energy_cost import LocalCostRates, bench_cost_per_mtok
 from deskllm.hardware.report import HardwareReport

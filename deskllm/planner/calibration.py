@@ -20,7 +20,7 @@ from pathlib import Path
 
 from sqlite_utils import Database
 
-from deskllm.engine.protocol import Loaded, LoadParams
+from deskllm.engine.domain import Loaded, LoadParams
 from deskllm.gguf.header import GgufHeader
 from deskllm.hardware.report import CpuInfo, MemoryInfo
 from deskllm.planner.memory import Corrections, EstimateParams, cpu_repack_types, estimate_memory

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import PurePath
 
 from deskllm.catalog.quants import kl_divergence
-from deskllm.engine.protocol import LoadParams
+from deskllm.engine.domain import LoadParams
 from deskllm.gguf.header import GgufHeader
 from deskllm.hardware.report import HardwareReport
 from deskllm.planner.memory import (

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from deskllm.engine.client import EngineClient
-from deskllm.engine.protocol import ChatMessage, Sampling
+from deskllm.engine.backend import ChatBackend
+from deskllm.engine.domain import ChatMessage, Sampling
 from deskllm.remote.router import DEFAULT_UNCERTAINTY_TOKENS, uncertainty_score
 
 # Everyday requests from easy to hard, so the scores spread: a share of escalations picked
@@ -40,7 +40,7 @@ CALIBRATION_PROMPTS: tuple[str, ...] = (
 
 
 def local_scores(
-    client: EngineClient,
+    client: ChatBackend,
     prompts: Sequence[str] = CALIBRATION_PROMPTS,
     k: int = DEFAULT_UNCERTAINTY_TOKENS,
     sampling: Sampling | None = None,

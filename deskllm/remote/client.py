@@ -21,8 +21,8 @@ from typing import Any
 
 import httpx2
 
+from deskllm.engine.domain import ChatMessage, Done, Error, Event, Sampling, TextDelta
 from deskllm.engine.errors import EngineError, ErrorKind
-from deskllm.engine.protocol import ChatMessage, Done, Error, Event, Sampling, TextDelta
 from deskllm.engine.reply import Reply
 from deskllm.remote.endpoint import Endpoint
 from deskllm.remote.stream_figures import StreamFigures

@@ -13,8 +13,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from deskllm.engine.domain import ChatMessage, Error, Event, Sampling, TextDelta
 from deskllm.engine.errors import ErrorKind
-from deskllm.engine.protocol import ChatMessage, Error, Event, Sampling, TextDelta
 from deskllm.engine.reply import Reply
 from deskllm.remote.client import RemoteClient
 

@@ -8,8 +8,8 @@ import hashlib
 import threading
 from collections.abc import Iterator
 
+from deskllm.engine.domain import ChatMessage, Error, Event, Sampling
 from deskllm.engine.errors import ErrorKind
-from deskllm.engine.protocol import ChatMessage, Error, Event, Sampling
 from deskllm.engine.reply import Reply
 from deskllm.remote.client import RemoteClient
 from deskllm.remote.pool import RemotePool
@@ -53,6 +53,9 @@ class RemoteModel:
             reply = self._current
         if reply is not None:
             reply.cancel()
+
+    def forget(self, conversation_id: str) -> None:
+        """Nothing to drop: an endpoint's prompt cache is the server's own."""
 
     def close(self) -> None:
         self.backend.close()

@@ -27,8 +27,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields, replace
 
 from deskllm.engine.client import EngineClient
-from deskllm.engine.errors import ErrorKind
-from deskllm.engine.protocol import (
+from deskllm.engine.domain import (
     ChatMessage,
     Done,
     Error,
@@ -38,7 +37,9 @@ from deskllm.engine.protocol import (
     Sampling,
     TextDelta,
 )
+from deskllm.engine.errors import ErrorKind
 from deskllm.engine.reply import Reply
+from deskllm.engine.slot_client import SlotClient
 from deskllm.remote.remote_model import RemoteModel
 
 DEFAULT_UNCERTAINTY_TOKENS = 16
@@ -96,14 +97,15 @@ def threshold_for_share(scores: Sequence[float], share: float) -> float:
 
 
 class Router:
-    """A chat client like EngineClient and RemoteModel (ChatSession drives it): `local` has a
-    model loaded; `target` is the remote model, None in privacy mode (the default)."""
+    """A ChatBackend like EngineClient and RemoteModel: `local` has a model loaded (the
+    engine's client, or the window's SlotClient of it); `target` is the remote model, None
+    in privacy mode (the default)."""
 
     label = "auto"
 
     def __init__(
         self,
-        local: EngineClient,
+        local: EngineClient | SlotClient,
         local_model: str,
         target: RemoteModel | None = None,
         policy: RoutePolicy | None = None,
@@ -149,6 +151,9 @@ class Router:
             reply = self._current
         if reply is not None:
             reply.cancel()
+
+    def forget(self, conversation_id: str) -> None:
+        self.local.forget(conversation_id)
 
     def close(self) -> None:
         if self.target is not None:

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from deskllm.engine.protocol import Metrics
+from deskllm.engine.domain import Metrics
 
 
 @dataclass

@@ -17,9 +17,10 @@ import threading
 from dataclasses import dataclass
 
 from deskllm.engine.client import EngineClient
-from deskllm.engine.protocol import Loaded
+from deskllm.engine.domain import Loaded
 from deskllm.server.app import create_app
 from deskllm.server.config import ServerConfig
+from deskllm.server.gateway import Gateway
 from deskllm.server.metrics import ReplyRecord, ServerMetrics
 from deskllm.server.model_host import ModelHost
 from deskllm.server.runner import uvicorn_server
@@ -55,13 +56,15 @@ class EmbeddedServer:
         model_id: str,
         config: ServerConfig,
         slots: int,
+        gateway: Gateway | None = None,
     ) -> None:
         if engine.params is None:
             raise ValueError("the engine has no model loaded")
         self.config = config
         self.slots = slots
         self.host = ModelHost(engine.params, model_id, max_queue=config.max_queue,
-                              client=engine, parallel=slots, owns_client=False)  # fmt: skip
+                              client=engine, parallel=slots, owns_client=False,
+                              gateway=gateway)  # fmt: skip
         self.host.serve_loaded(loaded)
         app = create_app(self.host, config, load_on_start=False)
         self.metrics: ServerMetrics = app.state.metrics

@@ -23,9 +23,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 
+from deskllm.engine.backend import ChatBackend
 from deskllm.engine.client import EngineClient
-from deskllm.engine.errors import EngineError
-from deskllm.engine.protocol import (
+from deskllm.engine.domain import (
     ChatMessage,
     Done,
     Embeddings,
@@ -35,6 +35,8 @@ from deskllm.engine.protocol import (
     Sampling,
     TextDelta,
 )
+from deskllm.engine.errors import EngineError
+from deskllm.engine.reply import Reply
 
 log = logging.getLogger("deskllm.server")
 
@@ -57,6 +59,9 @@ class ChatRequest:
     sampling: Sampling
     tools_json: str | None = None  # the tools given to the chat template
     raw_prompt: str | None = None  # /v1/completions: the text to continue, no template
+    # What answers when it is not the served model itself: the router (`auto`) or a remote
+    # model (NAME/MODEL, */MODEL). It holds a slot's place in the queue like any reply.
+    backend: ChatBackend | None = None
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,7 @@ class Job:
         self.queued_at = time.monotonic()
         self.started_at: float | None = None
         self.request_id: int | None = None  # the engine's, once the reply started
+        self.reply: Reply | None = None  # a backend's reply, once it started
         self.cancel_requested = False
         self._events: asyncio.Queue[Event | None] = asyncio.Queue()
 
@@ -181,8 +187,8 @@ class EngineQueue:
         """A waiting job is skipped; a running one's reply is cancelled (by its request id)."""
         with self._lock:
             job.cancel_requested = True
-            if job in self._running and job.request_id is not None:
-                self.client.cancel_request(job.request_id)
+            if job in self._running:
+                self._stop(job)
 
     def _run(self, job: Job) -> None:
         ended = threading.Event()
@@ -195,6 +201,9 @@ class EngineQueue:
             r = job.request
             if isinstance(r, EmbedRequest):
                 job.push(embed_event(self.client, r))
+                return
+            if r.backend is not None:
+                self._run_backend(job, r.backend)
                 return
             rid = self.client.start(
                 r.conversation_id,
@@ -218,6 +227,27 @@ class EngineQueue:
                 self._running.discard(job)
             job.push(None)
 
+    def _run_backend(self, job: Job, backend: ChatBackend) -> None:
+        r = job.request
+        assert isinstance(r, ChatRequest)
+        reply = backend.chat(r.conversation_id, r.messages, r.sampling)
+        with self._lock:
+            job.reply = reply
+            if job.cancel_requested:
+                reply.cancel()
+        for event in reply.events():
+            if isinstance(event, Done) and self.on_done is not None:
+                self.on_done(event)
+            if isinstance(event, _PASSED_ON):
+                job.push(event)
+
+    def _stop(self, job: Job) -> None:
+        """Cancel a running job's reply (under the lock)."""
+        if job.reply is not None:
+            job.reply.cancel()
+        elif job.request_id is not None:
+            self.client.cancel_request(job.request_id)
+
     def _on_events(self, job: Job, ended: threading.Event, events: list) -> None:
         """A step's events of one job, on the engine client's reader thread."""
         if self.on_done is not None:
@@ -235,8 +265,7 @@ class EngineQueue:
         with self._lock:
             for job in self._running:
                 job.cancel_requested = True
-                if job.request_id is not None:
-                    self.client.cancel_request(job.request_id)
+                self._stop(job)
 
     def close(self) -> None:
         self.cancel_running()

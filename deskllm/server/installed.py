@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from deskllm.engine.protocol import LoadParams
+from deskllm.engine.domain import LoadParams
 from deskllm.store.library import InstalledModel
 
 
@@ -32,7 +32,8 @@ class InstalledModels:
         return found
 
     def find(self, name: str) -> tuple[str, InstalledModel] | None:
-        """The model a request names: by id, name (any case), file name or file stem."""
+        """The model a request names: by id, name (any case), file name or file stem, or a
+        short name that is part of exactly one model's id or file name (any case)."""
         models = self.by_id()
         if name in models:
             return name, models[name]
@@ -40,4 +41,7 @@ class InstalledModels:
             path = Path(model.path)
             if name.lower() == model.name.lower() or name in (path.name, path.stem):
                 return key, model
-        return None
+        short = name.lower()
+        found = [(key, model) for key, model in models.items()
+                 if short in key.lower() or short in Path(model.path).name.lower()]  # fmt: skip
+        return found[0] if len(found) == 1 and short else None

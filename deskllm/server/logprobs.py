@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from deskllm.engine.protocol import TokenLogprob
+from deskllm.engine.domain import TokenLogprob
 from deskllm.server.chat_completion.protocol import ChoiceLogprobs, TopLogprob
 from deskllm.server.chat_completion.protocol import TokenLogprob as ApiTokenLogprob
 

@@ -8,7 +8,8 @@ import time
 from collections import Counter, deque
 from dataclasses import dataclass
 
-from deskllm.engine.protocol import Done
+from deskllm.engine.domain import Done
+from deskllm.remote.router import RoutedMetrics
 
 TTFT_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -38,6 +39,7 @@ class ServerMetrics:
         self._log_seq = 0
         self.requests: Counter[tuple[str, int]] = Counter()  # (path, status) → count
         self.replies: Counter[str] = Counter()  # finish reason → count
+        self.routes: Counter[tuple[str, str]] = Counter()  # (engine, route reason) → count
         self.prompt_tokens = 0
         self.cached_tokens = 0
         self.completion_tokens = 0
@@ -75,6 +77,13 @@ class ServerMetrics:
             self.recent.append(ReplyRecord(time.time(), m.prompt_tokens, m.cached_tokens,
                                            m.generated_tokens, m.ttft_s, m.tg_tps,
                                            done.finish_reason))  # fmt: skip
+            if isinstance(m, RoutedMetrics):  # `auto`: where it went and why, in the log too
+                self.routes[(m.engine, m.route_reason)] += 1
+                score = f", score {m.route_score:.2f}" if m.route_score is not None else ""
+                self._add_line(f"auto: answered by {m.engine} ({m.model}): {m.route_reason}"
+                               f"{score}")  # fmt: skip
+            elif m.engine != "local":  # a remote model asked by name
+                self.routes[(m.engine, "asked")] += 1
             self.prompt_tokens += m.prompt_tokens
             self.cached_tokens += m.cached_tokens
             self.completion_tokens += m.generated_tokens
@@ -100,6 +109,13 @@ class ServerMetrics:
             ]
             for reason, n in sorted(self.replies.items()):
                 lines.append(f'deskllm_replies_total{{finish_reason="{reason}"}} {n}')
+            lines += [
+                "# HELP deskllm_routed_total Replies of `auto` and remote models, by the engine"
+                " that answered and why.",
+                "# TYPE deskllm_routed_total counter",
+            ]
+            for (engine, reason), n in sorted(self.routes.items()):
+                lines.append(f'deskllm_routed_total{{engine="{engine}",reason="{reason}"}} {n}')
             lines += [
                 "# HELP deskllm_tokens_total Tokens processed, by kind.",
                 "# TYPE deskllm_tokens_total counter",

@@ -4,7 +4,9 @@
 
 With `installed` a request may name another installed model: `use()` checks it fits (the
 planner's refusal, before the served model is touched), lets the running requests finish,
-loads it in its place and answers; while it loads every other request gets 503."""
+loads it in its place and answers; while it loads every other request gets 503. With a
+`gateway` it also answers `auto` (the router on the served model) and remote models
+(NAME/MODEL, */MODEL) through the same queue."""
 
 from __future__ import annotations
 
@@ -16,12 +18,14 @@ from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 
+from deskllm.engine.backend import ChatBackend
 from deskllm.engine.client import EngineClient
+from deskllm.engine.domain import Loaded, LoadParams
 from deskllm.engine.errors import EngineError, ErrorKind
-from deskllm.engine.protocol import Loaded, LoadParams
 from deskllm.loader import ModelLoader
 from deskllm.server import errors
 from deskllm.server.engine_queue import EngineQueue
+from deskllm.server.gateway import Gateway
 from deskllm.server.installed import InstalledModels
 
 log = logging.getLogger("deskllm.server")
@@ -51,12 +55,15 @@ class ModelHost:
         parallel: int = 1,
         installed: InstalledModels | None = None,
         owns_client: bool = True,
+        gateway: Gateway | None = None,
     ) -> None:
         self.params = params
         self.owns_client = owns_client  # False: the caller loaded `client` and closes it
         self.model_id = model_id
         self.parallel = parallel
         self.installed = installed
+        self.gateway = gateway  # `auto`, NAME/MODEL, */MODEL; None: local models only
+        self._aliases: set[str] = set()  # short names found to mean the served model
         self.client = client or EngineClient(parallel)
         self.queue = EngineQueue(self.client, max_queue, parallel)
         self.state = HostState.LOADING
@@ -110,21 +117,30 @@ class ModelHost:
     def serves(self, name: str) -> bool:
         """Whether `name` is the served model: its id, file name or file stem."""
         path = Path(self.params.model_path)
-        return name in (self.model_id, path.name, path.stem)
+        return name in (self.model_id, path.name, path.stem) or name in self._aliases
 
-    async def use(self, name: str) -> None:
-        """Make `name` the served model before a request is admitted. Raises ApiError: 503
-        while a model loads, 404 for a model that is not installed, 400 model_does_not_fit
-        with the planner's numbers for one this machine cannot hold."""
+    async def use(self, name: str) -> ChatBackend | None:
+        """What answers `name`, before a request is admitted: a gateway name's backend (the
+        router, a remote model), or None for the served model, after loading an installed
+        model `name` means in its place. Raises ApiError: 503 while a model loads, 404 for a
+        model that is not installed, 400 model_does_not_fit with the planner's numbers for
+        one this machine cannot hold."""
+        if self.gateway is not None and self.gateway.handles(name):
+            if self.gateway.needs_local(name) and self.state != HostState.READY:
+                return None  # admit() answers 503
+            return await asyncio.to_thread(self.gateway.backend, name, self.client)
         if self.installed is None or self.serves(name) or self.state == HostState.LOADING:
-            return  # admit() answers: served, 404 or 503
+            return None  # admit() answers: served, 404 or 503
         async with self._switching:
             if self.serves(name) or self.state == HostState.LOADING:
-                return
+                return None
             found = await asyncio.to_thread(self.installed.find, name)
             if found is None:
-                return  # admit() answers 404 with the list
+                return None  # admit() answers 404 with the list
             model_id, model = found
+            if Path(model.path).resolve() == Path(self.params.model_path).resolve():
+                self._aliases.add(name)  # a short name of the served model: nothing to load
+                return None
             params = self.installed.params_for(model.path)
             try:
                 await asyncio.to_thread(self._check, params)
@@ -135,6 +151,7 @@ class ModelHost:
             self.state, self.loading_id = HostState.LOADING, model_id
             log.info("switching from %s to %s", self.model_id, model_id)
             await asyncio.to_thread(self._switch, params, model_id)
+            return None
 
     def _check(self, params: LoadParams) -> None:
         self._loader().check(params)
@@ -154,6 +171,7 @@ class ModelHost:
             self._restore(*previous)
             raise _load_error(model_id, exc) from None
         self.params, self.model_id = params, model_id
+        self._aliases.clear()
         self._loaded(loaded)
 
     def _restore(self, params: LoadParams, model_id: str) -> None:
@@ -169,6 +187,8 @@ class ModelHost:
 
     def close(self) -> None:
         self.queue.close()
+        if self.gateway is not None:
+            self.gateway.close()
         if self.owns_client:
             self.client.close()
 

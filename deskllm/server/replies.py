@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 from fastapi.responses import StreamingResponse
 
-from deskllm.engine.protocol import Done, Error, Exited, TextDelta
+from deskllm.engine.domain import Done, Error, Exited, TextDelta
 from deskllm.server import errors
 from deskllm.server.engine_queue import ChatRequest, EmbedRequest, Job, QueueFull
 from deskllm.server.model_host import ModelHost
@@ -86,6 +86,12 @@ async def final_reply(
     if not isinstance(final, Done):
         raise engine_error(final)
     return final
+
+
+def answering_model(host: ModelHost, job: Job) -> str:
+    """The model a response names: the served model's id, or the gateway name asked for."""
+    backend = getattr(job.request, "backend", None)  # EmbedRequest has none
+    return (backend.label or host.model_id) if backend is not None else host.model_id
 
 
 def engine_error(event: Error | Exited | None) -> errors.ApiError:

@@ -10,11 +10,10 @@ from collections.abc import Iterator
 from dataclasses import asdict
 from typing import Any
 
-from deskllm.engine.client import EngineClient
+from deskllm.engine.backend import ChatBackend
+from deskllm.engine.domain import ChatMessage, Event, Sampling, TextDelta
 from deskllm.engine.errors import ErrorKind
-from deskllm.engine.protocol import ChatMessage, Event, Sampling, TextDelta
 from deskllm.engine.reply import Reply
-from deskllm.remote.remote_model import RemoteModel
 from deskllm.store.conversations import ConversationStore, Message, ReplyWriter
 
 
@@ -66,18 +65,12 @@ class ContinueError(ValueError):
 
 
 class ChatSession:
-    """`client`: the local engine, or a remote model (its replies are stored alike).
-    `model`: what replies record as their model (default: the engine's loaded file)."""
+    """`client`: any ChatBackend (the local engine, a remote model, the router): its replies
+    are stored alike, each under the backend's label as its model."""
 
-    def __init__(
-        self,
-        client: EngineClient | RemoteModel,
-        store: ConversationStore,
-        model: str | None = None,
-    ) -> None:
+    def __init__(self, client: ChatBackend, store: ConversationStore) -> None:
         self.client = client
         self.store = store
-        self.model = model
 
     def send(self, conversation_id: str, text: str, sampling: Sampling | None = None) -> Reply:
         """Commit the user's message now, then the reply (see `reply`)."""
@@ -109,7 +102,7 @@ class ChatSession:
         conversation = self.store.get(conversation_id)
         sampling = sampling or Sampling.from_dict(conversation.sampling)
         history = history_messages(conversation.system_prompt, self.store.messages(conversation_id))
-        model = self.model or (self.client.params.model_path if self.client.params else None)
+        model = self.client.label
         if continued is None:
             writer = self.store.begin_reply(conversation_id, model, asdict(sampling))
         else:

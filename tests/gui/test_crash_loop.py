@@ -10,8 +10,8 @@ import signal
 from gui_helpers import REPLY_TIMEOUT_MS, send_and_wait, set_sampling
 
 from deskllm.engine.client import CRASH_LIMIT
+from deskllm.engine.domain import Done
 from deskllm.engine.errors import ErrorKind
-from deskllm.engine.protocol import Done
 
 
 def test_a_model_that_keeps_killing_the_engine_is_not_restarted_and_the_window_says_why(

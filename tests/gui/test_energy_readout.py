@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from deskllm.engine.protocol import Metrics
+from deskllm.engine.domain import Metrics
 from deskllm.gui.chat_render import metrics_details, metrics_line
 from deskllm.gui.readouts import LiveReadouts
 

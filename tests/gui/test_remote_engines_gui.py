@@ -16,9 +16,9 @@ from gui_helpers import REPLY_TIMEOUT_MS, send_and_wait, set_sampling, type_and_
 from remote_helpers import llama_cpp_server
 from server_helpers import API_KEY, running_server
 
-from deskllm.engine.protocol import Done
+from deskllm.backends.names import AUTO
+from deskllm.engine.domain import Done
 from deskllm.gui.qt import QMenu, QMessageBox, Qt
-from deskllm.gui.remote_targets import AUTO
 from deskllm.remote.calibration import CALIBRATION_PROMPTS
 from deskllm.remote.endpoint import Endpoint
 from deskllm.remote.keys import KeyStore
@@ -107,7 +107,8 @@ def test_add_test_price_and_remove_an_endpoint_in_the_page(
     page.key_edit.setText(API_KEY)
     page.test_button.click()
     qtbot.waitUntil(page.test_button.isEnabled, timeout=REPLY_TIMEOUT_MS)
-    assert page.status.text() == f"Connected: it serves {DESK_MODEL}."
+    # A deskllm server lists its model, then `auto` (its router).
+    assert page.status.text() == f"Connected: it serves {DESK_MODEL}, auto."
     assert EndpointRegistry(window.store.db).find("desk") is None  # tested, not yet added
 
     catalog = window.chat.remote
@@ -118,14 +119,15 @@ def test_add_test_price_and_remove_an_endpoint_in_the_page(
     assert KeyStore().get("desk") == API_KEY
     row = page.row_of("desk")
     assert page.table.item(row, 2).text() == "healthy"
-    assert page.table.item(row, 3).text() == DESK_MODEL
+    assert page.table.item(row, 3).text() == f"{DESK_MODEL}, auto"
     assert page.table.item(row, 4).checkState() == Qt.CheckState.Unchecked
     for db_file in deskllm_home.glob("deskllm.sqlite3*"):  # the database and its WAL
         assert API_KEY.encode() not in db_file.read_bytes()
 
     # The model menu lists it, without Auto: no endpoint allows routing.
     choose(window, f"desk/{DESK_MODEL}")
-    assert [a.data() for a in window.chat.model_button.remote_actions()] == [f"desk/{DESK_MODEL}"]
+    assert [a.data() for a in window.chat.model_button.remote_actions()] == [
+        f"desk/{DESK_MODEL}", "desk/auto"]  # fmt: skip
 
     page.table.selectRow(row)
     page.price_model.setCurrentText(DESK_MODEL)
@@ -314,11 +316,32 @@ def test_auto_asks_the_remote_only_when_routing_is_allowed(make_window, qtbot, d
     assert served_requests(desk) == before  # no request reached the remote
 
 
-def test_auto_sends_the_least_sure_replies_remote_at_the_calibrated_share(make_window, qtbot, desk):
+def test_auto_sends_the_least_sure_replies_remote_at_the_calibrated_share(
+    make_window, qtbot, tmp_path, starter_model, extra_bufts
+):
+    """While the window's API server runs: Auto's local replies are the same engine's (its
+    slots give them token log-probabilities), the remote is llama-cpp-python's server."""
     window = make_window(router_escalate="0.5")
-    register(window, "desk", desk.v1, API_KEY, allow_routing=True)
-    refreshed(qtbot, window)
-    chat, spec = window.chat, f"desk/{DESK_MODEL}"
+    engine = window.bridge.engine
+    serve_with_two_slots(qtbot, window)
+    loads = engine.loads
+    with llama_cpp_server(starter_model, ALIAS, LCS_KEY, tmp_path, extra_bufts) as lcs:
+        register(window, "lcs", lcs.v1, LCS_KEY, allow_routing=True)
+        refreshed(qtbot, window)
+        calibrated_routing(window, qtbot, f"lcs/{ALIAS}")
+    assert window.bridge.server is not None and engine.loads == loads  # served throughout
+
+
+def serve_with_two_slots(qtbot, window) -> None:
+    window.open_server_panel()
+    window.server_panel.slots.setValue(2)
+    with qtbot.waitSignal(window.bridge.serving, timeout=REPLY_TIMEOUT_MS) as started:
+        window.server_panel.start_button.click()
+    assert started.args[0] is not None, window.server_panel.status.text()
+
+
+def calibrated_routing(window, qtbot, spec: str) -> None:
+    chat, endpoint = window.chat, spec.split("/")[0]
     greedy = {"temperature": 0, "max_tokens": 24}  # more than the 16 tokens it measures
     notices: list[str] = []
     window.bridge.notice.connect(lambda _cid, text: notices.append(text))
@@ -348,10 +371,10 @@ def test_auto_sends_the_least_sure_replies_remote_at_the_calibrated_share(make_w
     # The least sure prompt goes remote, the surest stays here; no second measurement.
     ranked = sorted(range(len(scores)), key=lambda i: scores[i])
     unsure = ask_in_a_new_chat(CALIBRATION_PROMPTS[ranked[0]])
-    assert unsure.metrics["route_reason"] == "uncertain" and unsure.metrics["engine"] == "desk"
+    assert unsure.metrics["route_reason"] == "uncertain" and unsure.metrics["engine"] == endpoint
     assert unsure.model == spec and unsure.status == "complete"
-    assert chat.widgets[-1].note.text() == (f"Sent to remote endpoint desk ({spec}): the local "
-                                            "model was unsure.")  # fmt: skip
+    assert chat.widgets[-1].note.text() == (f"Sent to remote endpoint {endpoint} ({spec}): the "
+                                            "local model was unsure.")  # fmt: skip
     sure = ask_in_a_new_chat(CALIBRATION_PROMPTS[ranked[-1]])
     assert sure.metrics["route_reason"] == "local" and sure.metrics["engine"] == "local"
     assert len(notices) == 1 and len(window.bridge.calibrations) == 1

@@ -12,7 +12,7 @@ import openai
 import pytest
 from gui_helpers import REPLY_TIMEOUT_MS, send_and_wait, set_sampling
 
-from deskllm.engine.protocol import Done
+from deskllm.engine.domain import Done
 from deskllm.engine.slot_client import SlotClient
 
 

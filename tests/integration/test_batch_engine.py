@@ -11,7 +11,7 @@ import pytest
 from engine_helpers import wait_for
 
 from deskllm.engine.client import EngineClient
-from deskllm.engine.protocol import ChatMessage, Done, Exited, LoadParams, Sampling, TextDelta
+from deskllm.engine.domain import ChatMessage, Done, Exited, LoadParams, Sampling, TextDelta
 from deskllm.loader import ModelLoader
 from deskllm.planner.machine import current_hardware
 

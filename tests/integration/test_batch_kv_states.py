@@ -17,7 +17,7 @@ import pytest
 from engine_helpers import collect, wait_for
 
 from deskllm.engine.client import EngineClient
-from deskllm.engine.protocol import ChatMessage, Done, LoadParams, Sampling
+from deskllm.engine.domain import ChatMessage, Done, LoadParams, Sampling
 
 GREEDY = Sampling(temperature=0, max_tokens=24)
 QUESTION = "Name three colours of the sea."

@@ -16,7 +16,7 @@ from pathlib import Path
 SCRIPT = r"""
 import json, sys
 from deskllm.engine.scheduler import Scheduler
-from deskllm.engine.protocol import LoadParams, Sampling
+from deskllm.engine.domain import LoadParams, Sampling
 
 model, extra = sys.argv[1], sys.argv[2] == "1"
 params = LoadParams(model, n_ctx=256, n_threads=2, use_extra_bufts=extra,

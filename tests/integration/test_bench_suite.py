@@ -23,7 +23,7 @@ import pytest
 from signal_helpers import sigint_as_at_a_terminal
 
 from deskllm.engine.client import EngineClient
-from deskllm.engine.protocol import LoadParams
+from deskllm.engine.domain import LoadParams
 from deskllm.loader import ModelLoader
 from deskllm.measure.suite import DECODE_WINDOW_S
 from deskllm.planner.measured_configs import current_keys, stored_suite

@@ -9,7 +9,7 @@ from pathlib import Path
 from engine_helpers import collect, wait_for
 
 from deskllm.engine.client import EngineClient
-from deskllm.engine.protocol import ChatMessage, Sampling
+from deskllm.engine.domain import ChatMessage, Sampling
 
 SHORT = Sampling(temperature=0.0, max_tokens=12, seed=1)
 PARAGRAPH = "The keeper logged wind, sea colour, passing ships and resting birds each evening. "

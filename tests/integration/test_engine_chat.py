@@ -10,7 +10,7 @@ import pytest
 from engine_helpers import collect
 
 from deskllm.engine.client import EngineBusy
-from deskllm.engine.protocol import ChatMessage, Done, Sampling, TextDelta
+from deskllm.engine.domain import ChatMessage, Done, Sampling, TextDelta
 
 GREEDY = Sampling(temperature=0.0, max_tokens=24, seed=1)
 

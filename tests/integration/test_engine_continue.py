@@ -12,7 +12,7 @@ import pytest
 from engine_helpers import collect
 
 from deskllm.engine.client import EngineClient
-from deskllm.engine.protocol import ChatMessage, Error, Sampling, TextDelta
+from deskllm.engine.domain import ChatMessage, Error, Sampling, TextDelta
 from deskllm.store import ConversationStore, open_database
 from deskllm.store.chat_session import ChatSession, ContinueError
 

@@ -11,7 +11,7 @@ import pytest
 from engine_helpers import collect
 
 from deskllm.engine.client import EngineClient
-from deskllm.engine.protocol import ChatMessage, Sampling
+from deskllm.engine.domain import ChatMessage, Sampling
 from deskllm.hardware.energy import energy_report
 from deskllm.store import ConversationStore, open_database
 from deskllm.store.chat_session import ChatSession

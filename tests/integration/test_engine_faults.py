@@ -13,18 +13,9 @@ import pytest
 from engine_helpers import collect
 
 from deskllm.engine.client import CRASH_LIMIT, EngineClient
+from deskllm.engine.domain import ChatMessage, Done, Error, Exited, Loaded, Sampling, TextDelta
 from deskllm.engine.errors import EngineError, ErrorKind
-from deskllm.engine.protocol import (
-    ChatMessage,
-    Done,
-    Error,
-    Exited,
-    Load,
-    Loaded,
-    Sampling,
-    Shutdown,
-    TextDelta,
-)
+from deskllm.engine.protocol import Load, Shutdown
 from deskllm.store import ConversationStore, open_database
 from deskllm.store.chat_session import ChatSession
 

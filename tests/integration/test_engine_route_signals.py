@@ -8,8 +8,8 @@ import math
 
 from engine_helpers import collect
 
+from deskllm.engine.domain import ChatMessage, Done, Error, Sampling
 from deskllm.engine.errors import ErrorKind
-from deskllm.engine.protocol import ChatMessage, Done, Error, Sampling
 
 
 def ask(text: str) -> list[ChatMessage]:

@@ -12,7 +12,7 @@ import pytest
 from engine_helpers import collect
 
 from deskllm.engine.client import EngineClient
-from deskllm.engine.protocol import ChatMessage, Error, Sampling
+from deskllm.engine.domain import ChatMessage, Error, Sampling
 from deskllm.gguf.header import read_header
 
 SHORT = Sampling(temperature=0.0, max_tokens=8)

@@ -17,13 +17,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from deskllm.engine.client import EngineClient
+from deskllm.engine.domain import ChatMessage, LoadParams, Sampling
 from deskllm.engine.kv_cache import (
     KvState,
     KvStateCache,
     delete_conversation_states,
     read_state_file,
 )
-from deskllm.engine.protocol import ChatMessage, LoadParams, Sampling
 
 SHORT = Sampling(temperature=0.0, max_tokens=8, seed=1)
 BUDGET = 64 << 20  # the disk budget of these tests' caches (bytes)

@@ -10,8 +10,8 @@ import pytest
 from engine_helpers import collect, wait_for
 
 from deskllm.engine.client import EngineClient
+from deskllm.engine.domain import ChatMessage, Done, Metrics, Sampling
 from deskllm.engine.errors import ErrorKind
-from deskllm.engine.protocol import ChatMessage, Done, Metrics, Sampling
 
 GREEDY = Sampling(temperature=0, max_tokens=24, repeat_penalty=1.0)
 
@@ -22,7 +22,7 @@ def ask(text: str) -> list[ChatMessage]:
 
 @pytest.fixture(scope="module", params=[1, 4], ids=["1-slot", "4-slots"])
 def one_engine(request, tmp_path_factory, starter_model, extra_bufts):
-    from deskllm.engine.protocol import LoadParams
+    from deskllm.engine.domain import LoadParams
 
     client = EngineClient(request.param)
     client.load(LoadParams(str(starter_model), n_ctx=1024, n_threads=2,

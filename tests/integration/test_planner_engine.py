@@ -12,8 +12,8 @@ import pytest
 from planner_models import write_sparse_gguf
 
 from deskllm.engine.client import EngineClient
+from deskllm.engine.domain import LoadParams
 from deskllm.engine.errors import EngineError
-from deskllm.engine.protocol import LoadParams
 from deskllm.gguf.header import read_header
 from deskllm.hardware.report import MemoryInfo
 from deskllm.loader import ModelLoader

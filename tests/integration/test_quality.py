@@ -14,7 +14,7 @@ import threading
 import pytest
 from signal_helpers import sigint_as_at_a_terminal
 
-from deskllm.engine.protocol import LoadParams
+from deskllm.engine.domain import LoadParams
 from deskllm.measure.quality import (
     JSON_KEYS,
     QualityCancelled,

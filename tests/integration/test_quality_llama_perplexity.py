@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from deskllm.engine.protocol import LoadParams
+from deskllm.engine.domain import LoadParams
 from deskllm.measure.quality import check_quality
 from deskllm.measure.quality_text import sample_text
 

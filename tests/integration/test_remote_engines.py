@@ -19,8 +19,8 @@ import pytest
 from remote_helpers import llama_cpp_server
 from server_helpers import API_KEY, running_server
 
+from deskllm.engine.domain import ChatMessage, Sampling, TextDelta
 from deskllm.engine.errors import ErrorKind
-from deskllm.engine.protocol import ChatMessage, Sampling, TextDelta
 from deskllm.remote.client import RemoteClient
 from deskllm.remote.endpoint import Endpoint
 from deskllm.remote.pool import RemotePool
@@ -99,7 +99,7 @@ def test_remote_add_list_test_remove_round_trip(cli, lcs, desk, deskllm_home: Pa
     assert rows == [
         {"name": "lcs", "url": lcs.v1, "models": [ALIAS], "healthy": True,
          "allow_routing": False},
-        {"name": "desk", "url": desk.v1, "models": [DESK_MODEL], "healthy": True,
+        {"name": "desk", "url": desk.v1, "models": [DESK_MODEL, "auto"], "healthy": True,
          "allow_routing": True},
     ]  # fmt: skip
     test = cli("remote", "test", "lcs")
@@ -188,7 +188,7 @@ def test_a_remote_killed_mid_reply_keeps_the_partial_text(tmp_path, starter_mode
         store = ConversationStore(open_database())
         remote = RemoteModel(ALIAS, RemoteClient(Endpoint("doomed", doomed.v1), LCS_KEY),
                              f"doomed/{ALIAS}")  # fmt: skip
-        session = ChatSession(remote, store, model=remote.label)
+        session = ChatSession(remote, store)
         conversation = store.create("kill", "", remote.label, {})
         reply = session.send(conversation.id, "Tell me a long story about a dragon.", LONG)
         deltas = 0

@@ -51,10 +51,13 @@ def auth(key: str = API_KEY) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
-def test_models_lists_the_loaded_model(client):
-    [card] = client.models.list().data
+def test_models_lists_the_loaded_model_and_auto(client):
+    # No remote endpoint is registered: the loaded model, then the router on it.
+    card, auto = client.models.list().data
     assert card.id == "SmolLM2-135M-Instruct (Q4_1)"
     assert card.owned_by == "deskllm" and card.object == "model"
+    assert auto.id == "auto" and auto.model_extra["loaded"]
+    assert auto.model_extra["context_length"] == card.model_extra["context_length"]
 
 
 def test_chat_answers_with_usage_and_timings(client, model):

@@ -67,7 +67,7 @@ def test_models_lists_every_installed_model_and_marks_the_loaded_one(server):
     client = sdk(server)
     cards = client.models.list().data
     assert cards[0].id == STARTER  # the served model first
-    assert loaded_flags(client) == {STARTER: True, SECOND: False, HUGE: False}
+    assert loaded_flags(client) == {STARTER: True, SECOND: False, HUGE: False, "auto": True}
     second = next(c for c in cards if c.id == SECOND)
     assert second.model_extra["context_length"] > 0 and second.owned_by == "deskllm"
 
@@ -168,6 +168,6 @@ def test_parallel_slots_load_another_model_too(tmp_path, session_home, extra_buf
         answered = [r for r in replies if not isinstance(r, openai.APIError)]
         assert answered and all(r.model == SECOND for r in answered)
         assert all(r.status_code == 503 for r in replies if isinstance(r, openai.APIError))
-        assert loaded_flags(client) == {SECOND: True, STARTER: False}
+        assert loaded_flags(client) == {SECOND: True, STARTER: False, "auto": True}
         again = client.chat.completions.create(model=SECOND, messages=ASK, max_tokens=4)
         assert again.model == SECOND and again.choices[0].message.content is not None

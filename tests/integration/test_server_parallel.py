@@ -14,7 +14,7 @@ import httpx2
 import pytest
 from server_helpers import API_KEY, running_server
 
-from deskllm.engine.protocol import ChatMessage, Sampling
+from deskllm.engine.domain import ChatMessage, Sampling
 
 PROMPTS = ("What colour is the sky?", "Name three fruits.", "What is the capital of France?",
            "Say hello in Spanish.")  # fmt: skip

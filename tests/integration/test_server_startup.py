@@ -13,7 +13,7 @@ import pytest
 import uvicorn
 from server_helpers import free_port, running_server, serve_env
 
-from deskllm.engine.protocol import LoadParams
+from deskllm.engine.domain import LoadParams
 from deskllm.server import ModelHost, ServerConfig, create_app
 from deskllm.server.api_key import stored_key
 from deskllm.server.config import is_loopback

@@ -15,7 +15,7 @@ import pytest
 from engine_helpers import collect
 
 from deskllm.engine.client import EngineClient
-from deskllm.engine.protocol import ChatMessage, Sampling
+from deskllm.engine.domain import ChatMessage, Sampling
 
 VULKAN_ENGINE = Path(__file__).resolve().parents[2] / ".engines" / "release"
 N_LAYERS = 30  # SmolLM2-135M: llama.block_count

@@ -12,7 +12,7 @@ import pytest
 
 from deskllm.database.connection import open_database
 from deskllm.engine.device_env import device_env
-from deskllm.engine.protocol import LoadParams
+from deskllm.engine.domain import LoadParams
 from deskllm.gguf.header import read_header
 from deskllm.hardware import HardwareReport, report_from_dict
 from deskllm.hardware.report import EngineDevice, OffloadTarget

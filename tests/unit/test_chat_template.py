@@ -8,7 +8,7 @@ import pytest
 
 from deskllm.engine import chat_template
 from deskllm.engine.chat_template import CHATML, ChatTemplate, TemplateRefused
-from deskllm.engine.protocol import ChatMessage
+from deskllm.engine.domain import ChatMessage
 
 MESSAGES = (
     ChatMessage("system", "You are terse."),

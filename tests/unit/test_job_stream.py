@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from deskllm.engine.protocol import Done, Metrics, TextDelta, TokenLogprob
+from deskllm.engine.domain import Done, Metrics, TextDelta, TokenLogprob
 from deskllm.server.engine_queue import ChatRequest, Job
 
 

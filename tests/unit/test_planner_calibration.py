@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from deskllm.catalog.quants import QUALITY_ORDER, kl_divergence, quality_rank
-from deskllm.engine.protocol import Loaded, LoadParams
+from deskllm.engine.domain import Loaded, LoadParams
 from deskllm.gguf.header import read_header
 from deskllm.planner.calibration import (
     COMPUTE_FACTOR_BOUNDS,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from planner_models import FILE_TYPES, llama3_8b_header
 
-from deskllm.engine.protocol import LoadParams
+from deskllm.engine.domain import LoadParams
 from deskllm.gguf.header import read_header
 from deskllm.hardware import HardwareReport, report_from_dict
 from deskllm.hardware.report import EngineDevice, MemoryInfo, OffloadTarget

@@ -15,8 +15,8 @@ from contextlib import contextmanager
 
 import pytest
 
+from deskllm.engine.domain import ChatMessage, Sampling
 from deskllm.engine.errors import ErrorKind
-from deskllm.engine.protocol import ChatMessage, Sampling
 from deskllm.remote.client import RemoteClient
 from deskllm.remote.endpoint import Endpoint
 from deskllm.remote.pool import RemotePool

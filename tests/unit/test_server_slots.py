@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from deskllm.engine.domain import LoadParams
 from deskllm.engine.errors import EngineError, ErrorKind
-from deskllm.engine.protocol import LoadParams
 from deskllm.gguf.header import read_header
 from deskllm.hardware import report_from_dict
 from deskllm.loader import ModelLoader

@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 
-from deskllm.engine.protocol import TokenLogprob
+from deskllm.engine.domain import TokenLogprob
 from deskllm.engine.stop_strings import StopMatcher
 from deskllm.engine.token_logprobs import LogprobTrail, token_logprob
 

@@ -5,7 +5,7 @@ in the system message for one that does not (SmolLM2's), and for the ChatML fall
 import json
 
 from deskllm.engine.chat_template import ChatTemplate
-from deskllm.engine.protocol import ChatMessage
+from deskllm.engine.domain import ChatMessage
 
 SMOLLM2 = (
     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"

@@ -15,8 +15,9 @@ router = APIRouter()
              response_model_exclude_none=True)  # fmt: skip
 async def chat_completions(body: ChatCompletionRequest, request: Request):
     serving: ChatCompletionServing = request.app.state.chat
-    await request.app.state.host.use(body.model)  # an installed model: loaded first
-    job, plan = serving.admit(body)  # before any byte is sent: errors keep their status
+    # An installed model is loaded first; `auto` and remote models answer through a backend.
+    backend = await request.app.state.host.use(body.model)
+    job, plan = serving.admit(body, backend)  # before any byte is sent: errors keep their status
     if body.stream:
         return event_stream(serving.stream(body, job, plan))
     return await serving.complete(body, job, plan, request.is_disconnected)

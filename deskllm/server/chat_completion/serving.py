@@ -11,7 +11,8 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from deskllm.engine.protocol import ChatMessage, Done, Error, Exited, Metrics, Sampling, TextDelta
+from deskllm.engine.backend import ChatBackend
+from deskllm.engine.domain import ChatMessage, Done, Error, Exited, Metrics, Sampling, TextDelta
 from deskllm.server import errors
 from deskllm.server.chat_completion.protocol import (
     AssistantMessage,
@@ -33,8 +34,15 @@ from deskllm.server.chat_completion.tool_choice import ToolPlan, plan_tools
 from deskllm.server.engine_queue import ChatRequest, Job
 from deskllm.server.logprobs import chat_logprobs
 from deskllm.server.model_host import ModelHost
-from deskllm.server.models.serving import check_model, check_ready
-from deskllm.server.replies import conversation_id, engine_error, final_reply, submit, utf8
+from deskllm.server.models.serving import check_gateway_request, check_target
+from deskllm.server.replies import (
+    answering_model,
+    conversation_id,
+    engine_error,
+    final_reply,
+    submit,
+    utf8,
+)
 
 _ROLES = {
     "system": "system",
@@ -149,18 +157,26 @@ class ChatCompletionServing:
     def __init__(self, host: ModelHost) -> None:
         self.host = host
 
-    def admit(self, req: ChatCompletionRequest) -> tuple[Job, ToolPlan]:
+    def admit(
+        self, req: ChatCompletionRequest, backend: ChatBackend | None = None
+    ) -> tuple[Job, ToolPlan]:
         """Check the request and queue it: raises ApiError (400, 404, 429, 503). Returns the
-        job and what its tools ask, for complete() or stream()."""
-        check_ready(self.host)
-        check_model(self.host, req.model)
+        job and what its tools ask, for complete() or stream(). `backend`: what answers a
+        gateway name (ModelHost.use), None for the served model."""
+        n_ctx = check_target(self.host, req.model, backend)
         check_supported(req)
         plan = plan_tools(req)
+        if backend is not None:
+            fmt = req.response_format
+            check_gateway_request(req.model, tools=bool(req.tools),
+                                  response_format=fmt is not None and fmt.type != "text",
+                                  logprobs=bool(req.logprobs))  # fmt: skip
         request = ChatRequest(
             conversation_id(req.user),
             to_messages(req),
-            to_sampling(req, self.host.n_ctx, plan),
+            to_sampling(req, n_ctx, plan),
             tools_json=plan.tools_json,
+            backend=backend,
         )
         return submit(self.host, request), plan
 
@@ -184,7 +200,7 @@ class ChatCompletionServing:
         return ChatCompletion(
             id=f"chatcmpl-{uuid.uuid4().hex}",
             created=int(time.time()),
-            model=self.host.model_id,
+            model=answering_model(self.host, job),
             choices=[
                 Choice(
                     message=message,
@@ -205,12 +221,13 @@ class ChatCompletionServing:
         chunk, before the finish chunk."""
         chunk_id, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         calls = ToolCallStream(plan.names, plan.forced) if plan.parse_calls else None
+        model = answering_model(self.host, job)
 
         def chunk(
             delta: Delta, finish: str | None = None, logprobs: ChoiceLogprobs | None = None
         ) -> str:
             body = ChatCompletionChunk(
-                id=chunk_id, created=created, model=self.host.model_id,
+                id=chunk_id, created=created, model=model,
                 choices=[ChunkChoice(delta=delta, finish_reason=finish, logprobs=logprobs)],
             )  # fmt: skip
             return _sse(body.model_dump(exclude_none=True))
@@ -242,7 +259,7 @@ class ChatCompletionServing:
                     include = req.stream_options is not None and req.stream_options.include_usage
                     if include:
                         body = ChatCompletionChunk(
-                            id=chunk_id, created=created, model=self.host.model_id, choices=[],
+                            id=chunk_id, created=created, model=model, choices=[],
                             usage=usage(event.metrics), timings=timings(event.metrics),
                         )  # fmt: skip
                         yield _sse(body.model_dump(exclude_none=True))

@@ -6,6 +6,7 @@ from fastapi import APIRouter, Request
 
 from deskllm.server.completion.protocol import Completion, CompletionRequest
 from deskllm.server.completion.serving import CompletionServing
+from deskllm.server.models.serving import check_local_only
 from deskllm.server.replies import event_stream
 
 router = APIRouter()
@@ -14,7 +15,8 @@ router = APIRouter()
 @router.post("/v1/completions", response_model=Completion, response_model_exclude_none=True)
 async def completions(body: CompletionRequest, request: Request):
     serving: CompletionServing = request.app.state.completion
-    await request.app.state.host.use(body.model)  # an installed model: loaded first
+    backend = await request.app.state.host.use(body.model)  # an installed model: loaded first
+    check_local_only(body.model, backend)
     job = serving.admit(body)  # before any byte is sent: errors keep their status
     if body.stream:
         return event_stream(serving.stream(body, job))

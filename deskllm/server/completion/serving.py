@@ -9,7 +9,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-from deskllm.engine.protocol import Done, Error, Exited, Sampling, TextDelta, TokenLogprob
+from deskllm.engine.domain import Done, Error, Exited, Sampling, TextDelta, TokenLogprob
 from deskllm.server import errors
 from deskllm.server.chat_completion.serving import _sse, common_sampling, timings, usage
 from deskllm.server.completion.protocol import (

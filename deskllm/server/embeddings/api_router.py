@@ -6,6 +6,7 @@ from fastapi import APIRouter, Request
 
 from deskllm.server.embeddings.protocol import EmbeddingList, EmbeddingRequest
 from deskllm.server.embeddings.serving import EmbeddingServing
+from deskllm.server.models.serving import check_local_only
 
 router = APIRouter()
 
@@ -13,6 +14,7 @@ router = APIRouter()
 @router.post("/v1/embeddings", response_model=EmbeddingList)
 async def embeddings(body: EmbeddingRequest, request: Request) -> EmbeddingList:
     serving: EmbeddingServing = request.app.state.embeddings
-    await request.app.state.host.use(body.model)  # an installed model: loaded first
+    backend = await request.app.state.host.use(body.model)  # an installed model: loaded first
+    check_local_only(body.model, backend)
     job = serving.admit(body)  # before waiting: errors keep their status
     return await serving.complete(body, job)

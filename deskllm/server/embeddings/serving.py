@@ -6,8 +6,8 @@ from __future__ import annotations
 import base64
 import struct
 
+from deskllm.engine.domain import Embeddings, Error, Exited
 from deskllm.engine.errors import ErrorKind
-from deskllm.engine.protocol import Embeddings, Error, Exited
 from deskllm.server import errors
 from deskllm.server.embeddings.protocol import (
     MAX_INPUTS,

@@ -14,8 +14,9 @@ router = APIRouter()
 @router.post("/v1/messages", response_model=Message)
 async def messages(body: MessagesRequest, request: Request):
     serving: MessagesServing = request.app.state.messages
-    await request.app.state.host.use(body.model)  # an installed model: loaded first
-    job, plan = serving.admit(body)  # before any byte is sent: errors keep their status
+    # An installed model is loaded first; `auto` and remote models answer through a backend.
+    backend = await request.app.state.host.use(body.model)
+    job, plan = serving.admit(body, backend)  # before any byte is sent: errors keep their status
     if body.stream:
         return event_stream(serving.stream(body, job, plan))
     return await serving.complete(body, job, plan, request.is_disconnected)

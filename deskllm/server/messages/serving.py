@@ -15,7 +15,8 @@ import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-from deskllm.engine.protocol import ChatMessage, Done, Error, Exited, Metrics, Sampling, TextDelta
+from deskllm.engine.backend import ChatBackend
+from deskllm.engine.domain import ChatMessage, Done, Error, Exited, Metrics, Sampling, TextDelta
 from deskllm.server import errors
 from deskllm.server.chat_completion.tool_calls import (
     ParsedReply,
@@ -33,8 +34,15 @@ from deskllm.server.messages.protocol import (
     ToolUseBlock,
 )
 from deskllm.server.model_host import ModelHost
-from deskllm.server.models.serving import check_model, check_ready
-from deskllm.server.replies import conversation_id, engine_error, final_reply, submit, utf8
+from deskllm.server.models.serving import check_gateway_request, check_target
+from deskllm.server.replies import (
+    answering_model,
+    conversation_id,
+    engine_error,
+    final_reply,
+    submit,
+    utf8,
+)
 
 
 def to_sampling(req: MessagesRequest, n_ctx: int, plan: ToolPlan = NO_TOOLS) -> Sampling:
@@ -145,18 +153,24 @@ class MessagesServing:
     def __init__(self, host: ModelHost) -> None:
         self.host = host
 
-    def admit(self, req: MessagesRequest) -> tuple[Job, ToolPlan]:
+    def admit(
+        self, req: MessagesRequest, backend: ChatBackend | None = None
+    ) -> tuple[Job, ToolPlan]:
         """Check the request and queue it: raises ApiError (400, 404, 429, 503). Returns the
-        job and what its tools ask, for complete() or stream()."""
-        check_ready(self.host)
-        check_model(self.host, req.model)
+        job and what its tools ask, for complete() or stream(). `backend`: what answers a
+        gateway name (ModelHost.use), None for the served model."""
+        n_ctx = check_target(self.host, req.model, backend)
         plan = plan_tools(req)
+        if backend is not None:
+            check_gateway_request(req.model, tools=bool(req.tools), response_format=False,
+                                  logprobs=False)  # fmt: skip
         user = req.metadata.user_id if req.metadata else None
         request = ChatRequest(
             conversation_id(user),
             to_messages(req),
-            to_sampling(req, self.host.n_ctx, plan),
+            to_sampling(req, n_ctx, plan),
             tools_json=plan.tools_json,
+            backend=backend,
         )
         return submit(self.host, request), plan
 
@@ -174,7 +188,7 @@ class MessagesServing:
         return Message(
             id=f"msg_{uuid.uuid4().hex}",
             content=content + uses,
-            model=self.host.model_id,
+            model=answering_model(self.host, job),
             stop_reason=stop_reason(done, bool(uses)),
             stop_sequence=None if uses else done.stop_string,
             usage=usage(done.metrics),
@@ -186,7 +200,7 @@ class MessagesServing:
         text from where a call may begin is held back; each call is a tool_use block after
         the text, its input in one input_json_delta."""
         start = Message(
-            id=f"msg_{uuid.uuid4().hex}", content=[], model=self.host.model_id,
+            id=f"msg_{uuid.uuid4().hex}", content=[], model=answering_model(self.host, job),
             stop_reason=None, usage=MessagesUsage(input_tokens=0, output_tokens=0),
         )  # fmt: skip
         calls = ToolCallStream(plan.names, plan.forced) if plan.parse_calls else None
