@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 from fastapi.responses import StreamingResponse
@@ -26,6 +27,11 @@ def event_stream(chunks: Iterator[str] | AsyncIterator[str]) -> StreamingRespons
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
+
+
+def sse(data: dict) -> str:
+    """One server-sent event of OpenAI's streams: `data: JSON` and a blank line."""
+    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
 
 
 def conversation_id(user: str | None) -> str:

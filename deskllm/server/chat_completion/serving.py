@@ -40,6 +40,7 @@ from deskllm.server.replies import (
     conversation_id,
     engine_error,
     final_reply,
+    sse,
     submit,
     utf8,
 )
@@ -230,7 +231,7 @@ class ChatCompletionServing:
                 id=chunk_id, created=created, model=model,
                 choices=[ChunkChoice(delta=delta, finish_reason=finish, logprobs=logprobs)],
             )  # fmt: skip
-            return _sse(body.model_dump(exclude_none=True))
+            return sse(body.model_dump(exclude_none=True))
 
         finished = False
         try:
@@ -262,13 +263,13 @@ class ChatCompletionServing:
                             id=chunk_id, created=created, model=model, choices=[],
                             usage=usage(event.metrics), timings=timings(event.metrics),
                         )  # fmt: skip
-                        yield _sse(body.model_dump(exclude_none=True))
+                        yield sse(body.model_dump(exclude_none=True))
                 elif isinstance(event, Error | Exited):
                     finished = True
-                    yield _sse(engine_error(event).body())
+                    yield sse(engine_error(event).body())
             if not finished:
                 finished = True
-                yield _sse(engine_error(None).body())
+                yield sse(engine_error(None).body())
             yield "data: [DONE]\n\n"
         finally:
             if not finished:
@@ -285,6 +286,3 @@ def _calls(parsed: ParsedReply) -> list[ToolCall]:
         for c in parsed.calls
     ]
 
-
-def _sse(data: dict) -> str:
-    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"

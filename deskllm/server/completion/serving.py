@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from deskllm.engine.domain import Done, Error, Exited, Sampling, TextDelta, TokenLogprob
 from deskllm.server import errors
-from deskllm.server.chat_completion.serving import _sse, common_sampling, timings, usage
+from deskllm.server.chat_completion.serving import common_sampling, timings, usage
 from deskllm.server.completion.protocol import (
     Completion,
     CompletionChoice,
@@ -22,7 +22,7 @@ from deskllm.server.engine_queue import ChatRequest, Job
 from deskllm.server.logprobs import completion_logprobs
 from deskllm.server.model_host import ModelHost
 from deskllm.server.models.serving import check_model, check_ready
-from deskllm.server.replies import conversation_id, engine_error, final_reply, submit, utf8
+from deskllm.server.replies import conversation_id, engine_error, final_reply, sse, submit, utf8
 
 # Cancelled replies only happen when the client has gone; a full context is a length.
 _FINISH = {"stop": "stop", "length": "length", "context_full": "length", "cancelled": "stop"}
@@ -106,7 +106,7 @@ class CompletionServing:
         def chunk(choices: list[CompletionChoice], **extra) -> str:
             body = Completion(id=chunk_id, created=created, model=self.host.model_id,
                               choices=choices, **extra)  # fmt: skip
-            return _sse(body.model_dump(exclude_none=True))
+            return sse(body.model_dump(exclude_none=True))
 
         finished = False
         try:
@@ -123,10 +123,10 @@ class CompletionServing:
                         yield chunk([], usage=usage(event.metrics), timings=timings(event.metrics))
                 elif isinstance(event, Error | Exited):
                     finished = True
-                    yield _sse(engine_error(event).body())
+                    yield sse(engine_error(event).body())
             if not finished:
                 finished = True
-                yield _sse(engine_error(None).body())
+                yield sse(engine_error(None).body())
             yield "data: [DONE]\n\n"
         finally:
             if not finished:
