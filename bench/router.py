@@ -68,7 +68,7 @@ def main() -> int:
         ModelLoader(client).load(LoadParams(model, n_ctx=2048))
         nowhere = RemoteModel("none", RemoteClient(Endpoint("nowhere", "http://127.0.0.1:9/v1")),
                               "nowhere/none")  # fmt: skip
-        router = Router(client, model, nowhere, RoutePolicy(-math.inf, K))
+        router = Router(client, nowhere, RoutePolicy(-math.inf, K))
         client.chat("warm", [ChatMessage("user", "Hi")], sampling).wait()
         decisions, base_s, routed_s, ratios, base_ttft, routed_ttft = [], [], [], [], [], []
         for r in range(args.rounds):

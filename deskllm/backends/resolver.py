@@ -5,18 +5,16 @@
   routing (privacy mode without one: nothing leaves the machine);
 - `NAME/MODEL` → MODEL on the registered endpoint NAME;
 - `*/MODEL` → a pool of every registered endpoint that serves MODEL (probed now);
-- anything else → a local model file (`local_path`): the caller loads it through the loader.
+- anything else → a local model file (`local_path`): the caller loads it through the loader
+  and talks to it through its engine client.
 """
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 from sqlite_utils import Database
 
 from deskllm.backends.names import NameKind, parse_name
-from deskllm.backends.routing import probe
-from deskllm.engine.backend import ChatBackend
+from deskllm.backends.routing import probe_all
 from deskllm.engine.client import EngineClient
 from deskllm.engine.errors import EngineError, ErrorKind
 from deskllm.engine.slot_client import SlotClient
@@ -65,8 +63,7 @@ class Resolver:
             return None
         model = parsed.model or ""
         endpoints = self.endpoints.all()
-        with ThreadPoolExecutor(max_workers=max(1, min(8, len(endpoints)))) as workers:
-            probes = list(workers.map(lambda e: probe(e, self.keys.get(e.name)), endpoints))
+        probes = probe_all(endpoints, self.keys)
         serving = [e for e, p in zip(endpoints, probes, strict=True) if model in p.models]
         if not serving:
             raise EngineError(f"no registered endpoint that answers serves {model!r}",
@@ -113,12 +110,6 @@ class Resolver:
             return None
         return RemoteModel(models[0], client, f"{targets[0].name}/{models[0]}")
 
-    def router(
-        self, local: LocalEngine, target: RemoteModel | None, policy: RoutePolicy | None = None
-    ) -> Router:
-        """`auto` on the loaded local model, escalating to `target` (see routing_target)."""
-        return Router(local, local.label or "", target, policy)
-
     def stored_router(
         self, local: LocalEngine, target: str | None, policy: RoutePolicy | None = None
     ) -> Router:
@@ -129,13 +120,4 @@ class Resolver:
         remote = None
         if target and endpoint is not None and endpoint.allow_routing:
             remote = self.stored_remote(target)
-        return self.router(local, remote, policy)
-
-    def backend(self, name: str, local: LocalEngine) -> ChatBackend:
-        """Whatever answers `name`: the router, a remote model, or `local` (which the caller
-        has loaded with `local_path(name)`)."""
-        kind = parse_name(name).kind
-        if kind == NameKind.AUTO:
-            return self.router(local, self.routing_target())
-        remote = self.remote(name) if kind != NameKind.LOCAL else None
-        return remote if remote is not None else local
+        return Router(local, remote, policy)

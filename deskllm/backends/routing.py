@@ -4,6 +4,8 @@ a share. Kept per local model by the caller (the window, the server)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
 from deskllm.engine.backend import ChatBackend
@@ -12,6 +14,7 @@ from deskllm.engine.errors import EngineError, ErrorKind
 from deskllm.remote.calibration import CALIBRATION_PROMPTS, local_scores
 from deskllm.remote.client import RemoteClient
 from deskllm.remote.endpoint import Endpoint
+from deskllm.remote.keys import KeyStore
 from deskllm.remote.router import DEFAULT_UNCERTAINTY_TOKENS, RoutePolicy, threshold_for_share
 
 # Failures that say the endpoint cannot be used now (not that the request was wrong): the
@@ -38,6 +41,12 @@ def probe(endpoint: Endpoint, key: str | None) -> Probe:
             return Probe(tuple(client.list_models()))
         except EngineError as exc:
             return Probe(error=exc.reason)
+
+
+def probe_all(endpoints: Sequence[Endpoint], keys: KeyStore) -> list[Probe]:
+    """Every endpoint's probe, in order, asked at once (at most 8 at a time)."""
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(endpoints)))) as workers:
+        return list(workers.map(lambda e: probe(e, keys.get(e.name)), endpoints))
 
 
 def escalate_share(setting: str) -> float | None:

@@ -222,7 +222,7 @@ def _auto_chat(args, resolver: Resolver, store: ConversationStore, sampling) -> 
             print("[router: no endpoint allows routing; every reply stays on this machine]",
                   file=sys.stderr)  # fmt: skip
         policy = RoutePolicy(threshold, args.uncertainty_tokens)
-        router = resolver.router(client, target, policy)
+        router = Router(client, target, policy)
         try:
             session = ChatSession(router, store)
             return _converse(args, store, session, router.label, sampling, router)

@@ -6,9 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from concurrent.futures import ThreadPoolExecutor
 
-from deskllm.backends.routing import probe
+from deskllm.backends.routing import probe, probe_all
 from deskllm.database import open_database
 from deskllm.remote.endpoint import (
     DEFAULT_CONNECT_TIMEOUT_S,
@@ -146,8 +145,7 @@ def _positive(value: float, flag: str) -> float:
 def cmd_list(args: argparse.Namespace) -> int:
     endpoints = EndpointRegistry(open_database()).all()
     keys = KeyStore()
-    with ThreadPoolExecutor(max_workers=max(1, min(8, len(endpoints)))) as workers:
-        probes = list(workers.map(lambda e: probe(e, keys.get(e.name)), endpoints))
+    probes = probe_all(endpoints, keys)
     rows = [
         {"name": e.name, "url": e.base_url, "models": list(p.models), "healthy": p.healthy,
          "allow_routing": e.allow_routing}

@@ -287,7 +287,7 @@ class EngineBridge(QObject):
         self, conversation_id: str, share: float, sampling: Sampling
     ) -> routing.Calibration:
         """Auto's threshold for `share`, measured on the loaded model the first time."""
-        model = self.client.params.model_path if self.client.params else ""
+        model = self.client.label or ""
         key = routing.calibration_key(model, share, sampling)
         if key not in self.calibrations:
             n = len(CALIBRATION_PROMPTS)

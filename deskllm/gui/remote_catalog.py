@@ -13,7 +13,7 @@ from concurrent.futures import Future
 
 from sqlite_utils import Database
 
-from deskllm.backends.routing import Probe, probe
+from deskllm.backends.routing import Probe, probe_all
 from deskllm.gui.qt import QObject, Signal
 from deskllm.gui.tasks import TaskRunner
 from deskllm.remote.endpoint import Endpoint
@@ -94,11 +94,7 @@ class RemoteCatalog(QObject):
 
 
 def _probe_all(endpoints: list[Endpoint]) -> dict[str, Probe]:
-    from concurrent.futures import ThreadPoolExecutor
-
     from deskllm.remote.keys import KeyStore
 
-    keys = KeyStore()
-    with ThreadPoolExecutor(max_workers=min(8, len(endpoints))) as workers:
-        answers = workers.map(lambda e: probe(e, keys.get(e.name)), endpoints)
-        return {e.name: a for e, a in zip(endpoints, answers, strict=True)}
+    answers = probe_all(endpoints, KeyStore())
+    return {e.name: a for e, a in zip(endpoints, answers, strict=True)}

@@ -106,12 +106,10 @@ class Router:
     def __init__(
         self,
         local: EngineClient | SlotClient,
-        local_model: str,
         target: RemoteModel | None = None,
         policy: RoutePolicy | None = None,
     ) -> None:
         self.local = local
-        self.local_model = local_model
         self.target = target
         self.policy = policy or RoutePolicy()
         self._lock = threading.Lock()
@@ -123,6 +121,11 @@ class Router:
     @property
     def params(self):
         return self.local.params
+
+    @property
+    def local_model(self) -> str:
+        """The loaded local model's file: what a local reply's figures name."""
+        return self.local.label or ""
 
     def ask_remote_next(self) -> None:
         """Send the next reply to the remote target (the user asked for it)."""

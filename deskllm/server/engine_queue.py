@@ -228,6 +228,7 @@ class EngineQueue:
             job.push(None)
 
     def _run_backend(self, job: Job, backend: ChatBackend) -> None:
+        """A gateway backend's reply, read on this slot thread until it ends."""
         r = job.request
         assert isinstance(r, ChatRequest)
         reply = backend.chat(r.conversation_id, r.messages, r.sampling)
@@ -235,11 +236,9 @@ class EngineQueue:
             job.reply = reply
             if job.cancel_requested:
                 reply.cancel()
+        ended = threading.Event()
         for event in reply.events():
-            if isinstance(event, Done) and self.on_done is not None:
-                self.on_done(event)
-            if isinstance(event, _PASSED_ON):
-                job.push(event)
+            self._on_events(job, ended, [event])
 
     def _stop(self, job: Job) -> None:
         """Cancel a running job's reply (under the lock)."""
@@ -249,7 +248,8 @@ class EngineQueue:
             self.client.cancel_request(job.request_id)
 
     def _on_events(self, job: Job, ended: threading.Event, events: list) -> None:
-        """A step's events of one job, on the engine client's reader thread."""
+        """A step's events of one job, on the engine client's reader thread (or one
+        backend event, on the slot thread)."""
         if self.on_done is not None:
             for event in events:
                 if isinstance(event, Done):

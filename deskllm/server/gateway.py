@@ -16,22 +16,25 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 from sqlite_utils import Database
 
 from deskllm.backends import Resolver
 from deskllm.backends.names import AUTO, NameKind, parse_name
-from deskllm.backends.routing import Calibration, calibrate, calibration_key, probe
+from deskllm.backends.routing import Calibration, calibrate, calibration_key, probe_all
 from deskllm.engine.backend import ChatBackend
 from deskllm.engine.client import EngineClient
 from deskllm.engine.domain import Sampling
 from deskllm.engine.errors import EngineError
+from deskllm.remote.keys import KeyStore
 from deskllm.remote.remote_model import RemoteModel
-from deskllm.remote.router import RoutePolicy
+from deskllm.remote.router import RoutePolicy, Router
 from deskllm.server import errors
 
 log = logging.getLogger("deskllm.server")
+
+T = TypeVar("T")
 
 
 class Gateway:
@@ -60,42 +63,49 @@ class Gateway:
 
     def backend(self, name: str, local: EngineClient) -> ChatBackend:
         """What answers `name` (blocking: a pool and `auto` ask endpoints for their models).
-        Raises ApiError 404 for a NAME no endpoint has, 502 when none serves MODEL."""
+        Raises ApiError 404 for a NAME no endpoint has, 502 when none serves MODEL. The
+        database is opened only the first time a name is resolved."""
+        if name == AUTO:
+            with self._auto_setup:
+                target, policy = self._target(), self._policy(local)
+            return Router(local, target, policy)
+        with self._lock:
+            remote = self._remotes.get(name)
+        if remote is not None:
+            return remote
+        try:
+            remote = self._resolve(lambda resolver: resolver.remote(name))
+        except EngineError as exc:
+            raise errors.ApiError(502, exc.reason, type="server_error", param="model",
+                                  code="no_endpoint") from None  # fmt: skip
+        if remote is None:
+            raise errors.ApiError(
+                404, f"The model {name!r}: no remote endpoint is named "
+                f"{parse_name(name).endpoint!r} (deskllm remote list).",
+                param="model", code="model_not_found",
+            )  # fmt: skip
+        with self._lock:
+            kept = self._remotes.setdefault(name, remote)
+        if kept is not remote:
+            remote.close()  # another request resolved the name meanwhile
+        return kept
+
+    def _resolve(self, lookup: Callable[[Resolver], T]) -> T:
+        """`lookup` on a Resolver of a database opened for it (on the calling thread)."""
         db = self.open_db()
         try:
-            resolver = Resolver(db)
-            if name == AUTO:
-                with self._auto_setup:
-                    target, policy = self._target(resolver), self._policy(local)
-                return resolver.router(local, target, policy)
-            with self._lock:
-                remote = self._remotes.get(name)
-            if remote is None:
-                try:
-                    remote = resolver.remote(name)
-                except EngineError as exc:
-                    raise errors.ApiError(502, exc.reason, type="server_error", param="model",
-                                          code="no_endpoint") from None  # fmt: skip
-                if remote is None:
-                    raise errors.ApiError(
-                        404, f"The model {name!r}: no remote endpoint is named "
-                        f"{parse_name(name).endpoint!r} (deskllm remote list).",
-                        param="model", code="model_not_found",
-                    )  # fmt: skip
-                with self._lock:
-                    remote = self._remotes.setdefault(name, remote)
-            return remote
+            return lookup(Resolver(db))
         finally:
             db.close()
 
-    def _target(self, resolver: Resolver) -> RemoteModel | None:
+    def _target(self) -> RemoteModel | None:
         """`auto`'s remote target, looked up once (an endpoint that did not answer then is
-        asked again next time)."""
+        asked again next time; under _auto_setup)."""
         with self._lock:
             if AUTO in self._remotes:
                 return self._remotes[AUTO]
         try:
-            target = resolver.routing_target()
+            target = self._resolve(lambda resolver: resolver.routing_target())
         except EngineError as exc:
             log.warning("auto: %s; replies stay local", exc.reason)
             return None
@@ -121,15 +131,8 @@ class Gateway:
     def model_ids(self) -> list[str]:
         """`auto`, then NAME/MODEL of every model the registered endpoints serve now (each
         endpoint asked at once; one that does not answer lists nothing)."""
-        db = self.open_db()
-        try:
-            resolver = Resolver(db)
-            endpoints = resolver.endpoints.all()
-            keys = resolver.keys
-            with ThreadPoolExecutor(max_workers=max(1, min(8, len(endpoints)))) as workers:
-                probes = list(workers.map(lambda e: probe(e, keys.get(e.name)), endpoints))
-        finally:
-            db.close()
+        endpoints = self._resolve(lambda resolver: resolver.endpoints.all())
+        probes = probe_all(endpoints, KeyStore())
         ids = [AUTO]
         for endpoint, answer in zip(endpoints, probes, strict=True):
             ids += [f"{endpoint.name}/{model}" for model in answer.models]
