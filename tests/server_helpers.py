@@ -46,15 +46,17 @@ class Server:
 
 
 @contextmanager
-def running_server(home: Path, session_home: Path, *args: str):
-    """`deskllm serve --ctx 2048 ARGS` until /health says ok; stopped (SIGTERM) at the end."""
+def running_server(home: Path, session_home: Path, *args: str, env: dict[str, str] | None = None):
+    """`deskllm serve --ctx 2048 ARGS` until /health says ok; stopped (SIGTERM) at the end.
+    `env`: variables added to the server's environment."""
     port = free_port()
     log = home / "serve.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "deskllm", "serve", "--port", str(port), "--ctx", "2048",
              *args],
-            env=serve_env(home, session_home), stdout=out, stderr=subprocess.STDOUT,
+            env=serve_env(home, session_home) | (env or {}), stdout=out,
+            stderr=subprocess.STDOUT,
         )  # fmt: skip
     server = Server(f"http://127.0.0.1:{port}", process, log)
     try:

@@ -169,16 +169,16 @@ def cmd_chat(args: argparse.Namespace) -> int:
         return _converse(args, store, ChatSession(client, store), model_path, sampling)
 
 
-def _routing_target(resolver: Resolver, spec: str | None) -> RemoteModel | None:
-    """The remote model `--model auto` may escalate to (see Resolver.routing_target); an
-    endpoint that does not answer leaves every reply local, with a notice."""
+def _routing_target(resolver: Resolver, spec: str | None) -> tuple[RemoteModel | None, str | None]:
+    """The remote model `--model auto` may escalate to (see Resolver.routing_target), or why
+    its endpoint did not answer: then every reply is local, with a notice."""
     try:
-        return resolver.routing_target(spec)
+        return resolver.routing_target(spec), None
     except EngineError as exc:
         if exc.kind == ErrorKind.BAD_REQUEST:
             raise SystemExit(f"deskllm: --remote: {exc.reason}") from None
         print(f"[router: {exc.reason}; replies stay local]", file=sys.stderr)
-        return None
+        return None, exc.reason
 
 
 def _auto_chat(args, resolver: Resolver, store: ConversationStore, sampling) -> int:
@@ -192,7 +192,7 @@ def _auto_chat(args, resolver: Resolver, store: ConversationStore, sampling) -> 
         settings_mod.load(), model_path,
         n_ctx=args.ctx or None, kv_type=args.kv, flash_attn=args.flash_attn,
     )  # fmt: skip
-    target = _routing_target(resolver, args.remote)
+    target, unreachable = _routing_target(resolver, args.remote)
     with EngineClient() as client:
         loader = ModelLoader(client, db=resolver.db)
         try:
@@ -222,7 +222,7 @@ def _auto_chat(args, resolver: Resolver, store: ConversationStore, sampling) -> 
             print("[router: no endpoint allows routing; every reply stays on this machine]",
                   file=sys.stderr)  # fmt: skip
         policy = RoutePolicy(threshold, args.uncertainty_tokens)
-        router = Router(client, target, policy)
+        router = Router(client, target, policy, unreachable)
         try:
             session = ChatSession(router, store)
             return _converse(args, store, session, router.label, sampling, router)

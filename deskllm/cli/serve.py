@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -13,7 +14,13 @@ from deskllm.database import open_database
 from deskllm.engine.domain import LoadParams
 from deskllm.engine.errors import EngineError
 from deskllm.loader import ModelLoader, params_from_settings
-from deskllm.server.config import DEFAULT_MAX_QUEUE, DEFAULT_PORT, ServerConfig, is_loopback
+from deskllm.server.config import (
+    DEFAULT_MAX_QUEUE,
+    DEFAULT_PORT,
+    DEFAULT_SHUTDOWN_GRACE_S,
+    ServerConfig,
+    is_loopback,
+)
 from deskllm.settings import AUTO_SERVER_SLOTS
 from deskllm.store import ModelLibrary
 
@@ -28,9 +35,22 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="a .gguf path or an installed model's name: the model served "
                         "(requests may also name any installed model, auto, NAME/MODEL or "
                         "*/MODEL)")  # fmt: skip
-    p.add_argument("--api-key", default=None,
-                   help="clients must send 'Authorization: Bearer KEY'; 'stored': the key "
-                        "generated on first use and kept in the deskllm home")  # fmt: skip
+    keys = p.add_mutually_exclusive_group()
+    keys.add_argument("--api-key", default=None,
+                      help="clients must send 'Authorization: Bearer KEY'; 'stored': the key "
+                           "generated on first use and kept in the deskllm home. A KEY given "
+                           "here is visible to other users (ps): prefer --api-key-file or "
+                           "the DESKLLM_API_KEY environment variable")  # fmt: skip
+    keys.add_argument("--api-key-file", type=Path, default=None, metavar="PATH",
+                      help="read the key from PATH's first line (once; refused when other "
+                           "users may read the file)")  # fmt: skip
+    p.add_argument("--allowed-hosts", action="append", default=[], metavar="NAME",
+                   help="a host name besides localhost, 127.0.0.1 and [::1] that requests "
+                        "to a loopback server may name (Host, Origin); repeatable")  # fmt: skip
+    p.add_argument("--shutdown-grace", type=float, default=DEFAULT_SHUTDOWN_GRACE_S,
+                   metavar="SECONDS",
+                   help="on SIGTERM or Ctrl+C, how long running replies may finish before "
+                        "their streams are ended (default %(default)g)")  # fmt: skip
     p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
                    help="let web pages from ORIGIN (scheme://host[:port]) call the API; "
                         "repeatable; none: CORS off")  # fmt: skip
@@ -46,21 +66,40 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from deskllm.backends.routing import escalate_share
-    from deskllm.server.api_key import key_path, stored_key
+    from deskllm.server.api_key import (
+        ENV_VAR,
+        KeyFileError,
+        key_path,
+        read_key_file,
+        stored_key,
+    )
     from deskllm.server.gateway import Gateway
     from deskllm.server.installed import InstalledModels
     from deskllm.server.model_host import ModelHost
     from deskllm.server.runner import serve
 
     api_key = args.api_key or None
+    if args.api_key_file is not None:
+        try:
+            api_key = read_key_file(args.api_key_file)
+        except KeyFileError as exc:
+            print(f"deskllm: {exc}", file=sys.stderr)
+            return 2
+    elif api_key is not None and api_key != "stored":
+        print("deskllm: warning: a key given with --api-key is visible to every user of this "
+              "machine (ps); use --api-key-file PATH or the DESKLLM_API_KEY environment "
+              "variable", file=sys.stderr)  # fmt: skip
+    elif api_key is None:
+        api_key = os.environ.get(ENV_VAR) or None
     if api_key == "stored" or (api_key is None and not is_loopback(args.host)):
         # Anyone who can reach this address could use the model: never without a key.
         api_key = stored_key()
         print(f"deskllm: clients must send the API key stored in {key_path()}:\n  {api_key}",
               file=sys.stderr, flush=True)  # fmt: skip
     config = ServerConfig(host=args.host, port=args.port, api_key=api_key,
-                          max_queue=args.max_queue,
-                          cors_origins=tuple(args.cors_origin))  # fmt: skip
+                          max_queue=args.max_queue, cors_origins=tuple(args.cors_origin),
+                          allowed_hosts=tuple(args.allowed_hosts),
+                          shutdown_grace_s=args.shutdown_grace)  # fmt: skip
     parallel = args.parallel
     refusal = config.refusal() or (
         "--parallel must be 0 (as many as fit) or more"

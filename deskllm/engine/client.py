@@ -163,12 +163,20 @@ class EngineClient:
         self.loaded: Loaded | None = None
         self.crashes = 0  # engine deaths in a row with self.params (a finished reply resets it)
         self.loads = 0  # models loaded (a reload after a crash too)
+        self.restarts = 0  # fresh engines after a death (revive, or a chat that found it dead)
+        self.last_exit: str | None = None  # why the last engine died, in words
         self._env: dict[str, str] = {}  # the worker's environment (device_env)
 
     # Process ----------------------------------------------------------------------------------
     @property
     def pid(self) -> int | None:
         return self._process.pid if self._process and self._process.is_alive() else None
+
+    @property
+    def alive(self) -> bool:
+        """Whether an engine runs with the model loaded."""
+        process = self._process
+        return self.loaded is not None and process is not None and process.is_alive()
 
     @property
     def slot_ctx(self) -> int:
@@ -275,6 +283,8 @@ class EngineClient:
                             "was ended"), ErrorKind.HUNG  # fmt: skip
         else:
             reason, kind = exit_reason(process.exitcode), ErrorKind.EXITED
+        if self._process is process:
+            self.last_exit = reason
         with self._lock:
             boxes = [(k, box) for k, (box, owner) in self._mailboxes.items() if owner is process]
         if boxes:
@@ -487,7 +497,13 @@ class EngineClient:
                 self._load_locked(self.params)
             except EngineError as exc:
                 return Error(rid, f"could not restart the engine: {exc}", exc.kind)
+            self.restarts += 1
             return None
+
+    def revive(self) -> Error | None:
+        """Restart a dead engine with its model now, rather than at the next chat (a server
+        that says it is well should be); the Error when it cannot. Nothing when it runs."""
+        return self._restart_if_needed(0)
 
     def restart(self, on_progress: Callable[[float], None] | None = None) -> Loaded | None:
         """End the engine process (whatever it is doing; every open reply ends) and load the

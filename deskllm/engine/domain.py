@@ -193,6 +193,9 @@ class StatusReport:
     busy: bool
     cached_conversations: tuple[str, ...]
     rss_bytes: int
+    # Finished replies' tokens still to be read again for the state cache: the engine's
+    # lowest-priority work, done while no request runs.
+    unread_tokens: int = 0
 
 
 @dataclass(frozen=True)

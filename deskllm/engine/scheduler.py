@@ -59,6 +59,7 @@ from deskllm.llamacpp import build
 log = logging.getLogger("deskllm.engine")
 
 REREAD_STEP_TOKENS = 64  # a finished reply's tokens read again per idle step
+DECODE_ABORTED = 2  # llama_decode's answer when its abort callback stopped it
 
 
 @dataclass
@@ -129,6 +130,11 @@ class Scheduler(LlamaModel):
         self.ticks = 0  # graph nodes run while reading prompts: the heartbeat's progress
         self._tick_cb = L.ggml_abort_callback(self._tick)
         self._no_cb = ctypes.cast(None, L.ggml_abort_callback)
+        # Whether a request waits to be admitted (the worker's inbox): reading finished
+        # replies again gives way to it in the middle of a decode.
+        self.interrupt: Callable[[], bool] = lambda: False
+        self._yield_cb = L.ggml_abort_callback(lambda _data: bool(self.interrupt()))
+        self.rereads_yielded = 0  # re-reads stopped for a request, for the figures
         # Called with a request when it gets its slot (the worker starts its energy span).
         self.on_admitted: Callable[[SlotRun], None] | None = None
         self.kv_disk_dir = Path(params.kv_disk_dir) if params.kv_disk_dir else None
@@ -228,10 +234,9 @@ class Scheduler(LlamaModel):
         recently used free slot with the conversation's saved state restored into it when that
         state shares a longer prefix. Cells about to be overwritten are saved first."""
         slot, reused = choice.slot, choice.reused
-        keeps = slot.conversation == run.conversation or self.state_cache is not None
-        if slot.unread and keeps and not self.running:
-            # Its reply is still to be read again, and no stream would wait for it: read it
-            # now (this request would have waited that step anyway), so it is reused or saved.
+        if slot.unread and slot.conversation == run.conversation and not self.running:
+            # Its own last reply, not read again yet: read now, it is this prompt's prefix
+            # (the same tokens the prompt would read; nothing else waits for them).
             while slot.unread:
                 self._read_again(slot, self.n_batch)
             reused = reusable(common_prefix(slot.tokens, run.prompt), len(run.prompt))
@@ -253,12 +258,10 @@ class Scheduler(LlamaModel):
 
     def _save_before_overwrite(self, slot: Slot) -> None:
         """Save the cells of a slot another conversation takes. A reply not read again yet
-        is read now if no stream runs (no one waits but the request taking the slot, which
-        would have waited for that step anyway); else only the cells before it are kept."""
+        is not read for it: a request never waits for that (the lowest-priority work), so
+        the state keeps the cells before it and the conversation's next turn reads it."""
         if self.state_cache is None or slot.conversation is None:
             return
-        while slot.unread and not self.running:
-            self._read_again(slot, self.n_batch)
         self.save_slot(slot)
 
     def _saved_state(self, run: SlotRun, reused: int) -> tuple[KvState, str, int] | None:
@@ -385,8 +388,9 @@ class Scheduler(LlamaModel):
         del slot.tokens[slot.n_exact :]
         return tail
 
-    def _read_again(self, slot: Slot, limit: int) -> None:
-        """Read up to `limit` of the slot's unread tokens, alone in one decode."""
+    def _read_again(self, slot: Slot, limit: int, yielding: bool = False) -> None:
+        """Read up to `limit` of the slot's unread tokens, alone in one decode. `yielding`:
+        stop in the middle of it when a request comes (its cells are dropped; read later)."""
         take = share_budget(0, [len(slot.unread)], limit)[0]  # never leaves one alone
         if take < 2:  # one token: the next prompt reads it
             slot.unread.clear()
@@ -396,11 +400,20 @@ class Scheduler(LlamaModel):
         for i, token in enumerate(chunk):
             self._add(i, token, pos + i, slot.index, False)
         self._batch.n_tokens = take
-        rc = L.llama_decode(self.ctx, self._batch)
+        if yielding:
+            L.llama_set_abort_callback(self.ctx, self._yield_cb, None)
+        try:
+            rc = L.llama_decode(self.ctx, self._batch)
+        finally:
+            if yielding:
+                L.llama_set_abort_callback(self.ctx, self._no_cb, None)
         self.steps += 1
         if rc != 0:
             L.llama_memory_seq_rm(self.memory, slot.index, pos, -1)
-            slot.unread.clear()
+            if rc == DECODE_ABORTED:
+                self.rereads_yielded += 1  # its tokens stay unread: the next idle step
+            else:
+                slot.unread.clear()
             return
         if slot.n_exact == pos:
             slot.n_exact += take
@@ -439,7 +452,7 @@ class Scheduler(LlamaModel):
             # and its reply would no longer be a lone request's.
             slot = next((s for s in self.slots if s.unread), None)
             if slot is not None:
-                self._read_again(slot, REREAD_STEP_TOKENS)
+                self._read_again(slot, REREAD_STEP_TOKENS, yielding=True)
             return outputs
         decoding = [r for r in runs if len(r.feed) == 1]
         prefilling = [r for r in runs if len(r.feed) > 1]

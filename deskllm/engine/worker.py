@@ -103,6 +103,10 @@ class Worker:
         self.energy = EnergyMeter()  # replaced at load by the machine's counters
         self.kv_disk_dir: Path | None = None  # kept after an unload: Forget still cleans it
         self.working = False  # loading, or replies in flight: the client waits for events
+        # A reply or an embedding waits in the inbox: the engine's background work (reading
+        # finished replies again) stops for it. Unload and Shutdown let it finish: the states
+        # they save are whole then.
+        self.request_waiting = threading.Event()
         self.sent = 0
         self.sampled_at = 0.0  # the energy counters were last read (a reply's spans go on)
 
@@ -137,6 +141,8 @@ class Worker:
             if isinstance(request, Status):
                 self.send(self.status())
             else:
+                if isinstance(request, Chat | Embed):
+                    self.request_waiting.set()
                 self.inbox.put(request)
 
     def status(self) -> StatusReport:
@@ -148,6 +154,7 @@ class Worker:
             busy=bool(self.replies),
             cached_conversations=runtime.conversations() if runtime else (),
             rss_bytes=self.process.memory_info().rss,
+            unread_tokens=sum(len(s.unread) for s in runtime.slots) if runtime else 0,
         )
 
     # Main loop --------------------------------------------------------------------------------
@@ -156,6 +163,7 @@ class Worker:
         threading.Thread(target=self.heartbeat, name="engine-heartbeat", daemon=True).start()
         while True:
             idle = self.runtime is None or not self.runtime.busy
+            self.request_waiting.clear()  # what comes from here on sets it again
             try:
                 request = self.inbox.get(block=idle)
                 while True:
@@ -222,6 +230,7 @@ class Worker:
 
         runtime = Scheduler(params, request.n_slots, bool(params.use_extra_bufts), on_progress)
         runtime.on_admitted = self.on_admitted
+        runtime.interrupt = self.request_waiting.is_set
         self.runtime = runtime
         self.kv_disk_dir = runtime.kv_disk_dir
         self.template = ChatTemplate(runtime.chat_template(), runtime.bos_text, runtime.eos_text)

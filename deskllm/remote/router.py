@@ -47,6 +47,7 @@ DEFAULT_UNCERTAINTY_TOKENS = 16
 # Why a reply went where it went (the message figures' `route_reason`).
 LOCAL = "local"  # the local model answered: it fits, and it was sure enough (or not checked)
 PRIVATE = "private"  # no endpoint allows routing: local, nothing left the machine
+UNREACHABLE = "unreachable"  # the endpoint that allows routing did not answer: local
 ASKED = "asked"
 CONTEXT = "context"
 UNCERTAIN = "uncertain"
@@ -99,7 +100,8 @@ def threshold_for_share(scores: Sequence[float], share: float) -> float:
 class Router:
     """A ChatBackend like EngineClient and RemoteModel: `local` has a model loaded (the
     engine's client, or the window's SlotClient of it); `target` is the remote model, None
-    in privacy mode (the default)."""
+    in privacy mode (the default). `unreachable`: why the endpoint that allows routing could
+    not be asked for a target (each reply is local, saying so, not `private`)."""
 
     label = "auto"
 
@@ -108,9 +110,11 @@ class Router:
         local: EngineClient | SlotClient,
         target: RemoteModel | None = None,
         policy: RoutePolicy | None = None,
+        unreachable: str | None = None,
     ) -> None:
         self.local = local
         self.target = target
+        self.unreachable = unreachable
         self.policy = policy or RoutePolicy()
         self._lock = threading.Lock()
         self._current: Reply | None = None
@@ -177,7 +181,12 @@ class Router:
             return
         if self.target is None:
             reply = self._start(self.local.chat(cid, messages, sampling))
-            yield from self._tagged(self._pull(reply), self.local_model, PRIVATE)
+            if self.unreachable is None:
+                yield from self._tagged(self._pull(reply), self.local_model, PRIVATE)
+            else:
+                notice = f"the remote endpoint is unreachable: {self.unreachable}"
+                yield from self._tagged(self._pull(reply), self.local_model, UNREACHABLE,
+                                        notice=notice)  # fmt: skip
             return
         if asked:
             yield from self._remote(cid, messages, sampling, ASKED)

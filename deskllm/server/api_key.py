@@ -30,3 +30,29 @@ def stored_key(path: Path | None = None) -> str:
     paths.write_private_text(tmp, key + "\n")
     tmp.replace(path)  # whole or not at all
     return key
+
+
+ENV_VAR = "DESKLLM_API_KEY"
+
+
+class KeyFileError(ValueError):
+    """A key file that cannot be used, with the reason and what to do."""
+
+
+def read_key_file(path: Path) -> str:
+    """The key in `path` (its first line), read once. A file other users may read is refused:
+    a key they can read is no key (what ssh does with a private key)."""
+    try:
+        mode = path.stat().st_mode
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise KeyFileError(f"cannot read the key file {path}: {exc}") from None
+    if mode & 0o077:
+        raise KeyFileError(
+            f"refusing the key file {path}: its mode {mode & 0o777:04o} lets other users of "
+            f"this machine read it; make it private with `chmod 600 {path}`"
+        )
+    key = text.strip().splitlines()[0].strip() if text.strip() else ""
+    if not key:
+        raise KeyFileError(f"the key file {path} is empty")
+    return key

@@ -13,7 +13,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from deskllm.server import errors
+from deskllm.server import errors, openapi
 from deskllm.server.chat_completion.api_router import router as chat_router
 from deskllm.server.chat_completion.serving import ChatCompletionServing
 from deskllm.server.completion.api_router import router as completion_router
@@ -26,7 +26,7 @@ from deskllm.server.health.api_router import router as health_router
 from deskllm.server.messages.api_router import router as messages_router
 from deskllm.server.messages.serving import MessagesServing
 from deskllm.server.metrics import ServerMetrics
-from deskllm.server.model_host import ModelHost
+from deskllm.server.model_host import HostState, ModelHost
 from deskllm.server.models.api_router import router as models_router
 
 log = logging.getLogger("deskllm.server")
@@ -85,6 +85,7 @@ def create_app(host: ModelHost, config: ServerConfig, *, load_on_start: bool = T
                health_router)  # fmt: skip
     for router in routers:
         app.include_router(router)
+    openapi.install(app)  # what each route really answers, no 422
 
     @app.exception_handler(errors.ApiError)
     async def _api_error(_request: Request, exc: errors.ApiError) -> JSONResponse:
@@ -107,8 +108,8 @@ def create_app(host: ModelHost, config: ServerConfig, *, load_on_start: bool = T
         error = errors.ApiError(500, f"internal error: {exc}", type="server_error")
         return _answer(error, _request)
 
-    app.add_middleware(Guards, api_key=config.api_key, max_body_bytes=config.max_body_bytes,
-                       metrics=metrics)  # fmt: skip
+    app.add_middleware(Guards, config=config, metrics=metrics,
+                       stopping=lambda: host.state == HostState.STOPPING)  # fmt: skip
     if config.cors_origins:
         # Added last, so outermost: a browser's preflight (OPTIONS, never with the key) is
         # answered here; the real request still passes the key check.

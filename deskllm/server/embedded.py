@@ -124,7 +124,7 @@ class EmbeddedServer:
         """Stop listening; open streams end (their replies are cancelled first, so they
         close before uvicorn's graceful shutdown runs out)."""
         self._server.should_exit = True
-        self.host.queue.cancel_running()
+        self.host.queue.stop_all()
         if self._thread is not None:
             self._thread.join(timeout)
         self.host.close()  # the queue; the engine stays with its owner

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import threading
 import time
@@ -32,6 +33,7 @@ from deskllm.engine.domain import (
     Error,
     Event,
     Exited,
+    Metrics,
     Sampling,
     TextDelta,
 )
@@ -92,6 +94,9 @@ class Job:
         self.request_id: int | None = None  # the engine's, once the reply started
         self.reply: Reply | None = None  # a backend's reply, once it started
         self.cancel_requested = False
+        # Why the server stopped it ("shutdown"): its reply ends with this finish reason
+        # rather than as cancelled (which only a client that left causes).
+        self.stop_reason: str | None = None
         self._events: asyncio.Queue[Event | None] = asyncio.Queue()
 
     def push(self, event: Event | None) -> None:
@@ -138,6 +143,13 @@ class _Nothing:
     """No event held back (None is the end of the job's events)."""
 
 
+def _stopped(event: Event, reason: str) -> Event:
+    """A reply the server stopped: its Done says why instead of `cancelled`."""
+    if isinstance(event, Done) and event.finish_reason == "cancelled":
+        return dataclasses.replace(event, finish_reason=reason)
+    return event
+
+
 def merge_deltas(deltas: list[TextDelta]) -> TextDelta:
     """Consecutive deltas of one reply as one: their text and token logprobs, in order."""
     if len(deltas) == 1:
@@ -156,6 +168,7 @@ class EngineQueue:
         self._executor = ThreadPoolExecutor(slots, thread_name_prefix="deskllm-api-slot")
         self._lock = threading.Lock()
         self._pending = 0  # admitted and not finished: running and waiting
+        self._admitted: set[Job] = set()  # running and waiting
         self._running: set[Job] = set()
         self.on_done: Callable[[Done], None] | None = None
 
@@ -180,6 +193,7 @@ class EngineQueue:
             if self._pending >= self.max_waiting + self.slots:
                 raise QueueFull(self._pending - len(self._running))
             self._pending += 1
+            self._admitted.add(job)
         self._executor.submit(self._run, job)
         return job
 
@@ -195,6 +209,8 @@ class EngineQueue:
         try:
             with self._lock:
                 if job.cancel_requested:
+                    if job.stop_reason is not None:  # stopped before it ran: say why
+                        job.push(Done(0, job.stop_reason, "", Metrics(0)))
                     return
                 self._running.add(job)
                 job.started_at = time.monotonic()
@@ -225,6 +241,7 @@ class EngineQueue:
             with self._lock:
                 self._pending -= 1
                 self._running.discard(job)
+                self._admitted.discard(job)
             job.push(None)
 
     def _run_backend(self, job: Job, backend: ChatBackend) -> None:
@@ -250,6 +267,8 @@ class EngineQueue:
     def _on_events(self, job: Job, ended: threading.Event, events: list) -> None:
         """A step's events of one job, on the engine client's reader thread (or one
         backend event, on the slot thread)."""
+        if job.stop_reason is not None:
+            events = [_stopped(event, job.stop_reason) for event in events]
         if self.on_done is not None:
             for event in events:
                 if isinstance(event, Done):
@@ -260,13 +279,16 @@ class EngineQueue:
         if isinstance(events[-1], _FINAL):
             ended.set()
 
-    def cancel_running(self) -> None:
-        """Stop every running reply (each ends as cancelled; its stream ends)."""
+    def stop_all(self, reason: str = "shutdown") -> None:
+        """Stop every admitted request, running or waiting: each ends with a Done whose
+        finish reason is `reason`, so its stream ends with a final chunk saying why."""
         with self._lock:
-            for job in self._running:
+            for job in self._admitted:
                 job.cancel_requested = True
-                self._stop(job)
+                job.stop_reason = reason
+                if job in self._running:
+                    self._stop(job)
 
     def close(self) -> None:
-        self.cancel_running()
+        self.stop_all()
         self._executor.shutdown(wait=True, cancel_futures=True)

@@ -69,6 +69,25 @@ def unauthorized() -> ApiError:
     )
 
 
+def host_not_allowed(header: str, value: str, name: str | None) -> ApiError:
+    """A request from a name this loopback server does not answer: a web page whose own name
+    was made to resolve to 127.0.0.1 (DNS rebinding) must not drive the API."""
+    allow = (f" To allow it, start the server with --allowed-hosts {name}." if name else "")
+    return ApiError(
+        403,
+        f"{header} {value!r} is not allowed: this server listens on this machine only and "
+        f"answers requests for localhost, 127.0.0.1 and [::1].{allow}",
+        type="permission_error",
+        code="host_not_allowed",
+    )
+
+
+def shutting_down() -> ApiError:
+    return ApiError(503, "The server is shutting down; retry in a few seconds.",
+                    type="server_error", code="shutting_down",
+                    headers={"Retry-After": "5"})  # fmt: skip
+
+
 def model_not_found(name: str, served: str, installed: tuple[str, ...] = ()) -> ApiError:
     others = [m for m in installed if m != served]
     also = f" and can load {', '.join(map(repr, others))}" if others else ""
@@ -118,4 +137,8 @@ def from_engine(kind: ErrorKind, reason: str) -> ApiError:
         return ApiError(400, reason, param="messages", code=code)
     if kind in (ErrorKind.NO_MODEL, ErrorKind.CRASH_LOOP):
         return ApiError(503, reason, type="server_error", code=str(kind))
+    if kind in (ErrorKind.EXITED, ErrorKind.HUNG):  # a fresh engine is on its way: retry
+        return ApiError(503, f"{reason}; it is being restarted, retry in a few seconds",
+                        type="server_error", code=str(kind),
+                        headers={"Retry-After": "5"})  # fmt: skip
     return ApiError(500, reason, type="server_error", code=str(kind))

@@ -67,8 +67,8 @@ class Gateway:
         database is opened only the first time a name is resolved."""
         if name == AUTO:
             with self._auto_setup:
-                target, policy = self._target(), self._policy(local)
-            return Router(local, target, policy)
+                (target, unreachable), policy = self._target(), self._policy(local)
+            return Router(local, target, policy, unreachable)
         with self._lock:
             remote = self._remotes.get(name)
         if remote is not None:
@@ -98,20 +98,20 @@ class Gateway:
         finally:
             db.close()
 
-    def _target(self) -> RemoteModel | None:
-        """`auto`'s remote target, looked up once (an endpoint that did not answer then is
-        asked again next time; under _auto_setup)."""
+    def _target(self) -> tuple[RemoteModel | None, str | None]:
+        """`auto`'s remote target, looked up once, or why its endpoint could not be asked (it
+        is asked again next time; under _auto_setup)."""
         with self._lock:
             if AUTO in self._remotes:
-                return self._remotes[AUTO]
+                return self._remotes[AUTO], None
         try:
             target = self._resolve(lambda resolver: resolver.routing_target())
         except EngineError as exc:
             log.warning("auto: %s; replies stay local", exc.reason)
-            return None
+            return None, exc.reason
         with self._lock:
             self._remotes[AUTO] = target
-        return target
+        return target, None
 
     def _policy(self, local: EngineClient) -> RoutePolicy:
         """`auto`'s uncertainty threshold, calibrated on the served model the first time

@@ -1,23 +1,55 @@
-"""ASGI middleware in front of every route: the API key, the body size limit, and the
-request counter. Pure ASGI (not BaseHTTPMiddleware) so streamed responses pass untouched and
-the route still hears the client's disconnect."""
+"""ASGI middleware in front of every route: the Host and Origin check (DNS rebinding), the
+API key, a server that is stopping, the body size limit, and the request counter. Pure ASGI
+(not BaseHTTPMiddleware) so streamed responses pass untouched and the route still hears the
+client's disconnect."""
 
 from __future__ import annotations
 
 import hmac
 import json
+from collections.abc import Callable
+from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from deskllm.server import errors
+from deskllm.server.config import ServerConfig
 from deskllm.server.metrics import ServerMetrics
 
 OPEN_PATHS = frozenset({"/health"})  # load balancers and the GUI probe it without a key
 
 
-def presented_key(scope: Scope) -> str | None:
+def _headers(scope: Scope) -> dict[str, str]:
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+
+
+def host_name(host_header: str) -> str:
+    """The name of a Host header: 'localhost:8383' → 'localhost', '[::1]:8383' → '::1'."""
+    if host_header.startswith("["):
+        return host_header[1 : host_header.find("]")] if "]" in host_header else host_header
+    if host_header.count(":") > 1:
+        return host_header  # a bare IPv6 address (not valid in Host, but unambiguous)
+    return host_header.partition(":")[0]
+
+
+def refused_host(config: ServerConfig, headers: dict[str, str]) -> errors.ApiError | None:
+    """403 for a Host, or a browser's Origin, that a loopback server does not answer."""
+    host = headers.get("host")
+    if host is not None and not config.host_allowed(host_name(host)):
+        return errors.host_not_allowed("Host", host, host_name(host))
+    origin = headers.get("origin")
+    if origin is not None and origin not in config.cors_origins:
+        try:
+            name = urlsplit(origin).hostname
+        except ValueError:
+            name = None
+        if not name or not config.host_allowed(name):
+            return errors.host_not_allowed("Origin", origin, name)
+    return None
+
+
+def presented_key(headers: dict[str, str]) -> str | None:
     """The key from 'Authorization: Bearer KEY' (OpenAI's SDK) or 'x-api-key' (Anthropic's)."""
-    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
     auth = headers.get("authorization", "")
     if auth[:7].lower() == "bearer ":
         return auth[7:].strip()
@@ -40,12 +72,16 @@ async def send_error(send: Send, error: errors.ApiError, path: str) -> None:
 
 
 class Guards:
-    def __init__(self, app: ASGIApp, api_key: str | None, max_body_bytes: int,
-                 metrics: ServerMetrics) -> None:  # fmt: skip
+    """`stopping`: whether the server is shutting down (new requests get 503)."""
+
+    def __init__(self, app: ASGIApp, config: ServerConfig, metrics: ServerMetrics,
+                 stopping: Callable[[], bool]) -> None:  # fmt: skip
         self.app = app
-        self.api_key = api_key
-        self.max_body_bytes = max_body_bytes
+        self.config = config
+        self.api_key = config.api_key
+        self.max_body_bytes = config.max_body_bytes
         self.metrics = metrics
+        self.stopping = stopping
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -65,12 +101,16 @@ class Guards:
             self.metrics.count_request(path, status["code"])
 
     async def _guarded(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            self.api_key
-            and scope["path"] not in OPEN_PATHS
-            and not key_matches(self.api_key, presented_key(scope))
-        ):
-            await send_error(send, errors.unauthorized(), scope["path"])
+        headers = _headers(scope)
+        path = scope["path"]
+        refusal = refused_host(self.config, headers)
+        if (refusal is None and self.api_key and path not in OPEN_PATHS
+                and not key_matches(self.api_key, presented_key(headers))):  # fmt: skip
+            refusal = errors.unauthorized()
+        if refusal is None and path not in OPEN_PATHS and self.stopping():
+            refusal = errors.shutting_down()
+        if refusal is not None:
+            await send_error(send, refusal, path)
             return
         body = await self._read_body(scope, receive)
         if body is None:

@@ -95,7 +95,7 @@ class ServerMetrics:
                     if ttft_s <= bound:
                         self._ttft_counts[i] += 1
 
-    def render(self, waiting: int, running: int, ready: bool) -> str:
+    def render(self, waiting: int, running: int, ready: bool, restarts: int = 0) -> str:
         with self._lock:
             lines = [
                 "# HELP deskllm_requests_total HTTP requests answered, by path and status.",
@@ -131,6 +131,10 @@ class ServerMetrics:
                 "# HELP deskllm_model_ready 1 once the model is loaded.",
                 "# TYPE deskllm_model_ready gauge",
                 f"deskllm_model_ready {int(ready)}",
+                "# HELP deskllm_engine_restarts_total Engines started again after one died "
+                "(crash, kill, hang).",
+                "# TYPE deskllm_engine_restarts_total counter",
+                f"deskllm_engine_restarts_total {restarts}",
                 "# HELP deskllm_ttft_seconds Time to first token, from the engine's start on "
                 "the request.",
                 "# TYPE deskllm_ttft_seconds histogram",

@@ -31,12 +31,17 @@ from deskllm.server.installed import InstalledModels
 log = logging.getLogger("deskllm.server")
 
 _DRAIN_POLL_S = 0.05
+_WATCH_S = 0.2  # how often a dead engine is looked for
 
 
 class HostState(StrEnum):
+    """What /health says (READY is "ok"): every state but READY answers 503."""
+
     LOADING = "loading"
     READY = "ready"
-    FAILED = "failed"
+    RESTARTING = "restarting"  # the engine died (crash, kill, hang): a fresh one is loading
+    STOPPING = "stopping"  # shutting down: running replies finish, new requests get 503
+    FAILED = "error"
 
 
 class ModelHost:
@@ -75,9 +80,42 @@ class ModelHost:
         self._switching = asyncio.Lock()  # one switch at a time; requests for it wait here
         self.loaded_event = threading.Event()
         self.on_failure: Callable[[str], None] | None = None
+        self.restart_cause: str | None = None  # why the engine is restarting, while RESTARTING
+        self._state_lock = threading.Lock()  # STOPPING is never undone by a load or restart
+        self._closed = threading.Event()
+        self._watcher: threading.Thread | None = None
 
     def start_loading(self) -> None:
         threading.Thread(target=self._load, name="deskllm-api-load", daemon=True).start()
+        if self.owns_client:  # the window restarts its own engine when it needs it
+            self._watcher = threading.Thread(target=self._watch, name="deskllm-api-watch",
+                                             daemon=True)  # fmt: skip
+            self._watcher.start()
+
+    def _watch(self) -> None:
+        """Bring a dead engine back at once (its model, its slots), so /health goes from
+        `restarting` to `ok` without a request having to come first and wait for it."""
+        while not self._closed.wait(_WATCH_S):
+            with self._state_lock:
+                if (self.state != HostState.READY or self.client.params is None
+                        or self.client.alive):  # fmt: skip
+                    continue
+                self.state = HostState.RESTARTING
+                self.restart_cause = self.client.last_exit or "the engine stopped"
+            log.warning("%s; restarting it", self.restart_cause)
+            error = self.client.revive()
+            with self._state_lock:
+                if self.state != HostState.RESTARTING:  # stopping meanwhile
+                    continue
+                if error is not None:  # a crash loop: /health says why; the server stays up
+                    self.failure, self.state = error.reason, HostState.FAILED
+                else:
+                    self.state, self.restart_cause = HostState.READY, None
+
+    def stop_admitting(self) -> None:
+        """Shutting down: new requests get 503, running ones go on."""
+        with self._state_lock:
+            self.state = HostState.STOPPING
 
     def _loader(self) -> ModelLoader:
         db = self._open_db() if self._open_db else None
@@ -92,7 +130,9 @@ class ModelHost:
         self.n_ctx = loaded.n_ctx // self.client.n_slots  # one slot's context
         self.failure = None
         self.loading_id = None
-        self.state = HostState.READY
+        with self._state_lock:
+            if self.state != HostState.STOPPING:
+                self.state = HostState.READY
         log.info("serving %s (%d-token context)", self.model_id, self.n_ctx)
 
     def _load(self) -> None:
@@ -186,6 +226,9 @@ class ModelHost:
         self._loaded(loaded)
 
     def close(self) -> None:
+        self._closed.set()
+        if self._watcher is not None:
+            self._watcher.join()  # a restart under way ends before the engine is closed
         self.queue.close()
         if self.gateway is not None:
             self.gateway.close()

@@ -120,6 +120,8 @@ def _restore(client: EngineClient) -> None:
     """A conversation whose slot another took is restored from the state cache."""
     cid = uuid.uuid4().hex
     first = client.chat(cid, ask("Tell me about rivers."), GREEDY).wait().done
+    # Its reply is read again for the state cache while no request runs; then it is kept.
+    assert wait_for(lambda: client.status().unread_tokens == 0)
     history = [*ask("Tell me about rivers."), ChatMessage("assistant", first.text)]
     # Every slot taken by other conversations: rivers' cells are saved, then overwritten.
     others = [client.chat(uuid.uuid4().hex, ask(f"Say the number {i} in words."), GREEDY)

@@ -116,3 +116,25 @@ def test_gateway_names_refuse_what_they_cannot_pass_on(gateway_home, session_hom
         chunks = list(stream)
         assert chunks[-1].choices[0].finish_reason in ("stop", "length")
         assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
+
+def test_auto_says_unreachable_when_the_routing_endpoint_does_not_answer(tmp_path, session_home,
+                                                                        monkeypatch):  # fmt: skip
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.fail.Keyring")
+    home = tmp_path / "gone-home"
+    home.mkdir()
+    added = subprocess.run(
+        [sys.executable, "-m", "deskllm", "remote", "add", "gone", "http://127.0.0.1:9/v1",
+         "--key-stdin", "--allow-routing"],
+        input="k", capture_output=True, text=True, timeout=120,
+        env=os.environ | {"DESKLLM_HOME": str(home), "HF_HUB_OFFLINE": "1"},
+    )  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    with running_server(home, session_home, "--api-key", API_KEY) as server:
+        client = openai.OpenAI(base_url=server.v1, api_key=API_KEY, max_retries=0)
+        reply = client.chat.completions.create(
+            model="auto", messages=[{"role": "user", "content": "Hi."}], max_tokens=8,
+        )  # fmt: skip
+        assert reply.choices[0].message.content
+        # Answered here, and said why: not `private` (that is "no endpoint allows routing").
+        assert routed(server) == {("local", "unreachable"): 1}

@@ -6,13 +6,14 @@ from fastapi import APIRouter, Request
 
 from deskllm.server.chat_completion.protocol import ChatCompletion, ChatCompletionRequest
 from deskllm.server.chat_completion.serving import ChatCompletionServing
+from deskllm.server.openapi import CHAT_RESPONSES
 from deskllm.server.replies import event_stream
 
 router = APIRouter()
 
 
 @router.post("/v1/chat/completions", response_model=ChatCompletion,
-             response_model_exclude_none=True)  # fmt: skip
+             response_model_exclude_none=True, responses=CHAT_RESPONSES)  # fmt: skip
 async def chat_completions(body: ChatCompletionRequest, request: Request):
     serving: ChatCompletionServing = request.app.state.chat
     # An installed model is loaded first; `auto` and remote models answer through a backend.

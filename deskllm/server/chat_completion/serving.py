@@ -53,7 +53,8 @@ _ROLES = {
     "tool": "tool",
 }
 # Cancelled replies only happen when the client has gone; "stop" keeps the schema valid.
-_FINISH = {"stop": "stop", "length": "length", "cancelled": "stop"}
+# "shutdown": the server stopped while it wrote (SIGTERM past --shutdown-grace).
+_FINISH = {"stop": "stop", "length": "length", "cancelled": "stop", "shutdown": "shutdown"}
 
 
 def to_sampling(req: ChatCompletionRequest, n_ctx: int, plan: ToolPlan | None = None) -> Sampling:

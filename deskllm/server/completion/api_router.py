@@ -7,12 +7,14 @@ from fastapi import APIRouter, Request
 from deskllm.server.completion.protocol import Completion, CompletionRequest
 from deskllm.server.completion.serving import CompletionServing
 from deskllm.server.models.serving import check_local_only
+from deskllm.server.openapi import COMPLETION_RESPONSES
 from deskllm.server.replies import event_stream
 
 router = APIRouter()
 
 
-@router.post("/v1/completions", response_model=Completion, response_model_exclude_none=True)
+@router.post("/v1/completions", response_model=Completion, response_model_exclude_none=True,
+             responses=COMPLETION_RESPONSES)  # fmt: skip
 async def completions(body: CompletionRequest, request: Request):
     serving: CompletionServing = request.app.state.completion
     backend = await request.app.state.host.use(body.model)  # an installed model: loaded first

@@ -47,7 +47,8 @@ class CompletionChoice(BaseModel):
     index: int = 0
     text: str
     logprobs: CompletionLogprobs | None = None
-    finish_reason: Literal["stop", "length"] | None = None
+    # "shutdown": the server stopped while it wrote (SIGTERM past --shutdown-grace)
+    finish_reason: Literal["stop", "length", "shutdown"] | None = None
 
 
 class Completion(BaseModel):

@@ -25,7 +25,8 @@ from deskllm.server.models.serving import check_model, check_ready
 from deskllm.server.replies import conversation_id, engine_error, final_reply, sse, submit, utf8
 
 # Cancelled replies only happen when the client has gone; a full context is a length.
-_FINISH = {"stop": "stop", "length": "length", "context_full": "length", "cancelled": "stop"}
+_FINISH = {"stop": "stop", "length": "length", "context_full": "length", "cancelled": "stop",
+           "shutdown": "shutdown"}  # fmt: skip
 
 
 def prompt_text(req: CompletionRequest) -> str:

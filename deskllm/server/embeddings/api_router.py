@@ -7,11 +7,12 @@ from fastapi import APIRouter, Request
 from deskllm.server.embeddings.protocol import EmbeddingList, EmbeddingRequest
 from deskllm.server.embeddings.serving import EmbeddingServing
 from deskllm.server.models.serving import check_local_only
+from deskllm.server.openapi import EMBEDDINGS_RESPONSES
 
 router = APIRouter()
 
 
-@router.post("/v1/embeddings", response_model=EmbeddingList)
+@router.post("/v1/embeddings", response_model=EmbeddingList, responses=EMBEDDINGS_RESPONSES)
 async def embeddings(body: EmbeddingRequest, request: Request) -> EmbeddingList:
     serving: EmbeddingServing = request.app.state.embeddings
     backend = await request.app.state.host.use(body.model)  # an installed model: loaded first

@@ -1,4 +1,5 @@
-"""GET /health (200 once the model is loaded, 503 before) and GET /metrics (Prometheus)."""
+"""GET /health (200 `ok` while the model is loaded and its engine runs; 503 `loading`,
+`restarting` with the cause, `stopping` or `error`) and GET /metrics (Prometheus)."""
 
 from __future__ import annotations
 
@@ -6,28 +7,36 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from deskllm.server.model_host import HostState
+from deskllm.server.openapi import HEALTH_RESPONSES, METRICS_RESPONSES
 
 router = APIRouter()
 
 
-@router.get("/health")
+@router.get("/health", responses=HEALTH_RESPONSES)
 async def health(request: Request) -> JSONResponse:
     host = request.app.state.host
-    if host.state == HostState.READY:
+    state, cause = host.state, host.restart_cause
+    body: dict[str, str] = {}
+    if state == HostState.READY and host.client.params is not None and not host.client.alive:
+        # Dead between a crash and the restart (the watcher's, or the next request's).
+        state, cause = HostState.RESTARTING, host.client.last_exit
+    if state == HostState.READY:
         return JSONResponse({"status": "ok"})
-    body = {"status": str(host.state)}
-    if host.state == HostState.LOADING and host.loading_id:
+    body["status"] = str(state)
+    if state == HostState.LOADING and host.loading_id:
         body["model"] = host.loading_id  # the model being loaded
-    if host.failure:
+    if state == HostState.RESTARTING:
+        body["cause"] = cause or "the engine stopped"
+    if state == HostState.FAILED and host.failure:
         body["error"] = host.failure
     return JSONResponse(body, status_code=503, headers={"Retry-After": "5"})
 
 
-@router.get("/metrics", response_class=PlainTextResponse)
+@router.get("/metrics", response_class=PlainTextResponse, responses=METRICS_RESPONSES)
 async def metrics(request: Request) -> PlainTextResponse:
     host = request.app.state.host
     text = request.app.state.metrics.render(
         waiting=host.queue.waiting, running=host.queue.running,
-        ready=host.state == HostState.READY,
+        ready=host.state == HostState.READY, restarts=host.client.restarts,
     )  # fmt: skip
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4")

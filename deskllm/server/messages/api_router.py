@@ -6,12 +6,13 @@ from fastapi import APIRouter, Request
 
 from deskllm.server.messages.protocol import Message, MessagesRequest
 from deskllm.server.messages.serving import MessagesServing
+from deskllm.server.openapi import MESSAGES_RESPONSES
 from deskllm.server.replies import event_stream
 
 router = APIRouter()
 
 
-@router.post("/v1/messages", response_model=Message)
+@router.post("/v1/messages", response_model=Message, responses=MESSAGES_RESPONSES)
 async def messages(body: MessagesRequest, request: Request):
     serving: MessagesServing = request.app.state.messages
     # An installed model is loaded first; `auto` and remote models answer through a backend.

@@ -102,6 +102,7 @@ class MessagesRequest(BaseModel):
     metadata: Metadata | None = None
     tools: list[ToolParam] | None = None
     tool_choice: ToolChoice | None = None
+    ignore_eos: bool = False  # deskllm's extension, as in chat completions: benchmarks, tests
 
     def system_text(self) -> str:
         if self.system is None:
@@ -118,7 +119,8 @@ class MessagesUsage(BaseModel):
     cache_creation_input_tokens: int | None = None
 
 
-StopReason = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use"]
+# "shutdown": the server stopped while it wrote (SIGTERM past --shutdown-grace).
+StopReason = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use", "shutdown"]
 
 
 class Message(BaseModel):

@@ -54,6 +54,7 @@ def to_sampling(req: MessagesRequest, n_ctx: int, plan: ToolPlan = NO_TOOLS) -> 
         max_tokens=max(1, min(req.max_tokens, n_ctx)),
         stop=tuple(utf8(s, "stop_sequences") for s in req.stop_sequences or () if s),
         json_schema=plan.forced_schema,
+        ignore_eos=req.ignore_eos,
     )
 
 
@@ -132,6 +133,8 @@ def tool_uses(parsed: ParsedReply) -> list[ToolUseBlock]:
 
 
 def stop_reason(done: Done, calls: bool = False) -> StopReason:
+    if done.finish_reason == "shutdown":
+        return "shutdown"
     if calls:
         return "tool_use"
     if done.stop_string is not None:

@@ -41,6 +41,11 @@ def check_ready(host: ModelHost) -> None:
         raise errors.loading(_loading_message(host))
     if host.state == HostState.FAILED:
         raise errors.loading(f"The model could not be loaded: {host.failure}")
+    if host.state == HostState.RESTARTING:
+        raise errors.loading(f"The engine is restarting ({host.restart_cause}); retry in a "
+                             "few seconds.")  # fmt: skip
+    if host.state == HostState.STOPPING:
+        raise errors.shutting_down()
 
 
 def _loading_message(host: ModelHost) -> str | None:
