@@ -240,7 +240,7 @@ class EngineClient:
         while True:
             try:
                 ready = wait([conn, process.sentinel], timeout=1.0)
-            except (OSError, ValueError):  # the client closed the pipe (close, a new load)
+            except (OSError, ValueError, TypeError):  # the client closed the pipe (close, load)
                 break
             now = time.monotonic()
             if not ready:
@@ -259,7 +259,8 @@ class EngineClient:
                 if conn not in ready and not conn.poll(0):
                     break
                 event = conn.recv()
-            except (EOFError, OSError, ValueError):
+            # TypeError: the pipe was closed (its handle set to None) while recv() read it.
+            except (EOFError, OSError, ValueError, TypeError):
                 break
             last_seen = now
             if isinstance(event, StepEvents):
