@@ -167,15 +167,14 @@ class EngineQueue:
         self.slots = slots
         self._executor = ThreadPoolExecutor(slots, thread_name_prefix="deskllm-api-slot")
         self._lock = threading.Lock()
-        self._pending = 0  # admitted and not finished: running and waiting
-        self._admitted: set[Job] = set()  # running and waiting
+        self._admitted: set[Job] = set()  # admitted and not finished: running and waiting
         self._running: set[Job] = set()
         self.on_done: Callable[[Done], None] | None = None
 
     @property
     def waiting(self) -> int:
         with self._lock:
-            return self._pending - len(self._running)
+            return len(self._admitted) - len(self._running)
 
     @property
     def running(self) -> int:
@@ -190,9 +189,8 @@ class EngineQueue:
         """Admit a request or raise QueueFull. Call from the event loop that reads the job."""
         job = Job(request, asyncio.get_running_loop())
         with self._lock:
-            if self._pending >= self.max_waiting + self.slots:
-                raise QueueFull(self._pending - len(self._running))
-            self._pending += 1
+            if len(self._admitted) >= self.max_waiting + self.slots:
+                raise QueueFull(len(self._admitted) - len(self._running))
             self._admitted.add(job)
         self._executor.submit(self._run, job)
         return job
@@ -239,7 +237,6 @@ class EngineQueue:
             job.push(Error(None, f"internal error: {exc}"))
         finally:
             with self._lock:
-                self._pending -= 1
                 self._running.discard(job)
                 self._admitted.discard(job)
             job.push(None)
