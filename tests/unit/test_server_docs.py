@@ -6,10 +6,16 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from fastapi.routing import iter_route_contexts
-
 from deskllm.engine.domain import LoadParams
 from deskllm.server import ModelHost, ServerConfig, create_app
+
+try:  # newer FastAPI keeps included routers nested and walks them with this
+    from fastapi.routing import iter_route_contexts
+except ImportError:  # older FastAPI copies an included router's routes into the app's list
+
+    def iter_route_contexts(routes):
+        return routes
+
 
 DOC = Path(__file__).parents[2] / "docs" / "server.md"
 # Swagger UI's own OAuth helper page: part of /docs, not a route anyone calls.
