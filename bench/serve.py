@@ -1,6 +1,6 @@
-"""`deskllm serve --parallel` against a plain batched decode loop, llama-cpp-python's own
-server and `deskllm bench`'s decode path, side by side in one run per model (this machine is
-shared and noisy: read the ratios). Prints one JSON object.
+"""`deskllm serve --parallel` against a plain batched decode loop, llama.cpp's llama-server,
+llama-cpp-python's own server and `deskllm bench`'s decode path, side by side in one run per
+model (this machine is shared and noisy: read the ratios). Prints one JSON object.
 
     .venv/bin/python bench/serve.py [--model NAME_OR_PATH ...] [--threads 2] [--tokens 64]
                                     [--rounds 2] [--streams 1,2,4,8] [--ctx 1024]
@@ -9,7 +9,8 @@ shared and noisy: read the ratios). Prints one JSON object.
 ~/.cache/deskllm-bench/gemma-3-270m-q4_k_m.gguf when bench/fetch_gemma.sh has put it there.
 
 Output: {"models": {file name: {keys below}}, "n_threads", "tokens", "rounds", "cpu_count",
-"load_avg_1m": [at the start, at the end]}. Every stream decodes a greedy reply of --tokens
+"load_avg_1m": [at the start, at the end], and agg_over_llama_server_N and
+ttft_over_llama_server_N: the worst across models}. Every stream decodes a greedy reply of --tokens
 tokens to its own prompt (ignore_eos where the server has it); speeds are medians over the
 rounds and ratios medians of the ratios within each round. Each measurement starts once the
 server's engine is idle (it reads finished replies again in the background). Keys per model:
@@ -19,6 +20,15 @@ server's engine is idle (it reads finished replies again in the background). Key
                        measures: one context, N sequences, one llama_decode of N tokens per
                        step, greedy sampling; N·(tokens - 1) / (last step - first token)
   agg_over_raw_N       agg_tps_N / raw_batched_tps_N (target >= 0.85)
+  ttft_p50_N           the median of those N streams' seconds from sending to the first text
+  llama_server_tps_N, llama_server_ttft_p50_N
+                       the same N streams, same client, to llama.cpp's llama-server built from
+                       the engine's vendored sources (packaging/build_llama_server.sh) with the
+                       same slots (--parallel 8), KV pool (8 × --ctx, unified, as the engine),
+                       threads and model; --no-repack where the engine turns the
+                       extra buffer types off. Left out, with a note, where it was not built.
+  agg_over_llama_server_N   agg_tps_N / llama_server_tps_N (target >= 1.0)
+  ttft_over_llama_server_N  ttft_p50_N / llama_server_ttft_p50_N (target <= 1.5)
   peer_tps_1           llama-cpp-python's server (python -m llama_cpp.server, same threads and
                        context), one stream, the same client and prompt as agg_tps_1
   peer_completed_4     of 4 concurrent streams to it, how many ended with text
@@ -68,6 +78,7 @@ from deskllm.loader import ModelLoader
 from deskllm.loader.params import params_from_settings
 from deskllm.store import open_database
 
+LLAMA_SERVER = Path(__file__).parents[1] / "build" / "llama-server" / "llama-server"
 GEMMA = Path.home() / ".cache" / "deskllm-bench" / "gemma-3-270m-q4_k_m.gguf"
 SLOTS = 8
 BUSY_STREAMS = 3
@@ -135,6 +146,23 @@ def start_peer(model_path: str, threads: int | None, ctx: int) -> tuple[subproce
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     wait_ready(process, url + "/v1/models", "llama_cpp.server")
+    MODEL_IDS[url] = httpx2.get(url + "/v1/models").json()["data"][0]["id"]
+    return process, url
+
+
+def start_llama_server(model_path: str, threads: int, ctx: int,
+                       extra_bufts: bool) -> tuple[subprocess.Popen, str]:  # fmt: skip
+    """llama-server with deskllm serve's slots, per-slot context and threads."""
+    port = free_port()
+    process = subprocess.Popen(
+        [str(LLAMA_SERVER), "--model", model_path, "--host", "127.0.0.1", "--port", str(port),
+         "--threads", str(threads), "--threads-batch", str(threads), "--parallel", str(SLOTS),
+         "--ctx-size", str(ctx * SLOTS), "--kv-unified", "--jinja",
+         *([] if extra_bufts else ["--no-repack"])],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    wait_ready(process, url + "/health", "llama-server")
     MODEL_IDS[url] = httpx2.get(url + "/v1/models").json()["data"][0]["id"]
     return process, url
 
@@ -238,12 +266,13 @@ def one_stream_tps(run: dict) -> float:
     return (run["tokens"] - 1) / (run["end"] - run["first"])
 
 
-def served_agg(url: str, k: int, tokens: int) -> float:
+def served_agg(url: str, k: int, tokens: int, name: str) -> tuple[float, float]:
+    """Aggregate tok/s of `k` streams and their median TTFT; every stream must be whole."""
     runs = concurrent(url, k, tokens)
-    broken = [r for r in runs if r.get("error") or r.get("tokens") != tokens]
+    broken = [r for r in runs if r.get("error") or r.get("tokens") != tokens or "first" not in r]
     if broken:
-        raise RuntimeError(f"deskllm serve: {len(broken)} of {k} streams fell short: {broken}")
-    return aggregate(runs)
+        raise RuntimeError(f"{name}: {len(broken)} of {k} streams fell short: {broken}")
+    return aggregate(runs), statistics.median(r["first"] - r["sent"] for r in runs)
 
 
 def ttft(url: str, samples: int, background: int) -> list[float]:
@@ -361,14 +390,19 @@ def measure(model_path: str, args: argparse.Namespace, counts: list[int]) -> dic
     extra = extra_bufts_work(model_path)
     raw = RawBatched(params, max(counts), extra)
     prompts = chat_prompts(raw)
-    served = None
+    served = llama = None
     peers: dict[str, tuple[subprocess.Popen, str]] = {}  # "peer": same threads; "peer_default"
     samples: dict = {"agg": {k: [] for k in counts}, "raw": {k: [] for k in counts},
+                     "ttft": {k: [] for k in counts}, "ls": {k: [] for k in counts},
+                     "ls_ttft": {k: [] for k in counts},
                      "peer_stream_tps_4": [], "bench_tg": [], "api_tg": []}  # fmt: skip
     for kind in PEER_KINDS:
         samples |= {f"{kind}_1": [], f"{kind}_4": [], f"{kind}_completed_4": []}
     try:
         served, url = start_deskllm(model_path, args.threads, args.ctx)
+        if LLAMA_SERVER.is_file():
+            llama, llama_url = start_llama_server(model_path, args.threads, args.ctx, extra)
+            concurrent(llama_url, 1, 8)
         for kind, threads in PEER_KINDS.items():
             peers[kind] = start_peer(model_path, args.threads if threads else None, args.ctx)
         with EngineClient() as client:
@@ -381,9 +415,15 @@ def measure(model_path: str, args: argparse.Namespace, counts: list[int]) -> dic
             for _ in range(args.rounds):
                 for k in counts:  # interleaved: load on the machine hits both paths alike
                     settle(served)
-                    samples["agg"][k].append(served_agg(url, k, args.tokens))
+                    agg, first = served_agg(url, k, args.tokens, "deskllm serve")
+                    samples["agg"][k].append(agg)
+                    samples["ttft"][k].append(first)
                     settle(served)
                     samples["raw"][k].append(raw.run(prompts[:k], args.tokens))
+                    if llama is not None:
+                        agg, first = served_agg(llama_url, k, args.tokens, "llama-server")
+                        samples["ls"][k].append(agg)
+                        samples["ls_ttft"][k].append(first)
                 for kind, (_, peer_url) in peers.items():
                     samples[f"{kind}_1"].append(aggregate(concurrent(peer_url, 1, args.tokens)))
                     runs = concurrent(peer_url, PEER_STREAMS, args.tokens)
@@ -404,12 +444,14 @@ def measure(model_path: str, args: argparse.Namespace, counts: list[int]) -> dic
         for process, _ in peers.values():  # idle, but the TTFT figures need nothing else
             stop(process)  # in memory's way
         peers.clear()
+        stop(llama)
         settle(served)
         idle = ttft(url, args.ttft_samples, 0)
         settle(served)
         busy = ttft(url, args.ttft_samples, BUSY_STREAMS)
     finally:
         stop(served)
+        stop(llama)
         for process, _ in peers.values():
             stop(process)
         raw.close()
@@ -425,6 +467,12 @@ def measure(model_path: str, args: argparse.Namespace, counts: list[int]) -> dic
         result[f"agg_tps_{k}"] = med(samples["agg"][k])
         result[f"raw_batched_tps_{k}"] = med(samples["raw"][k])
         result[f"agg_over_raw_{k}"] = ratio(samples["agg"][k], samples["raw"][k])
+        result[f"ttft_p50_{k}"] = med(samples["ttft"][k])
+        if samples["ls"][k]:
+            result[f"llama_server_tps_{k}"] = med(samples["ls"][k])
+            result[f"llama_server_ttft_p50_{k}"] = med(samples["ls_ttft"][k])
+            result[f"agg_over_llama_server_{k}"] = ratio(samples["agg"][k], samples["ls"][k])
+            result[f"ttft_over_llama_server_{k}"] = ratio(samples["ttft"][k], samples["ls_ttft"][k])
     agg_1, agg_4 = samples["agg"].get(1), samples["agg"].get(PEER_STREAMS)
     result |= {
         "peer_tps_1": med(samples["peer_1"]),
@@ -467,6 +515,9 @@ def main() -> int:
         parser.error(f"at most {SLOTS} streams")
     resolver = Resolver(open_database())
     names = args.model or [None] + ([str(GEMMA)] if GEMMA.is_file() else [])
+    if not LLAMA_SERVER.is_file():
+        print(f"note: {LLAMA_SERVER} is missing (packaging/build_llama_server.sh builds it); "
+              "no llama-server figures", file=sys.stderr)  # fmt: skip
     if not args.model and not GEMMA.is_file():
         print(f"note: {GEMMA} is missing (bench/fetch_gemma.sh fetches it); starter model only",
               file=sys.stderr)  # fmt: skip
@@ -481,6 +532,12 @@ def main() -> int:
         "tg_tokens": args.tg_tokens, "rounds": args.rounds, "cpu_count": os.cpu_count(),
         "load_avg_1m": [load_start, os.getloadavg()[0]],
     }  # fmt: skip
+    for k in counts:  # the worst case across models, at the top level
+        worst_of = {f"agg_over_llama_server_{k}": min, f"ttft_over_llama_server_{k}": max}
+        for key, worst in worst_of.items():
+            values = [m[key] for m in models.values() if m.get(key) is not None]
+            if values:
+                result[key] = worst(values)
     print(json.dumps(result, indent=2))
     return 0
 

@@ -3,7 +3,7 @@ the CLI, the window, the API server and the benchmarks all use it. Thread-safe: 
 read its own Reply while others do.
 
     client = EngineClient(n_slots=4)     # 1 (the default): one reply at a time, others wait
-    client.load(params)                  # params.n_ctx: the context of one slot
+    client.load(params)                  # a KV pool of n_slots × params.n_ctx cells, shared
     replies = [client.chat("api", messages_i, sampling) for ...]   # each read in its thread
 
 The worker is a separate OS process (multiprocessing "spawn", which also works in a frozen
@@ -179,9 +179,9 @@ class EngineClient:
         return self.loaded is not None and process is not None and process.is_alive()
 
     @property
-    def slot_ctx(self) -> int:
-        """The context of one slot, in tokens (0 before a load)."""
-        return self.loaded.n_ctx // self.n_slots if self.loaded else 0
+    def conversation_ctx(self) -> int:
+        """The longest conversation, in tokens (0 before a load): the slots share one pool."""
+        return self.loaded.conversation_ctx if self.loaded else 0
 
     def _start_process(self, env: dict[str, str]) -> None:
         from deskllm.engine.worker import worker_main
@@ -319,7 +319,7 @@ class EngineClient:
         """Load `params`' model with n_slots slots of params.n_ctx tokens (a fresh worker),
         replacing the current one: no checks, no defaults chosen here (the worker fills n_ctx
         0 and n_threads 0). `n_slots`: a new slot count (else the client's). Raises
-        EngineError. Loaded.n_ctx is the whole context: n_slots × the slot's."""
+        EngineError. Loaded.n_ctx is the pool: n_slots × params.n_ctx cells, shared."""
         if n_slots is not None:
             if n_slots < 1:
                 raise ValueError("n_slots must be 1 or more")

@@ -96,7 +96,7 @@ class LoadProgress:
 @dataclass(frozen=True)
 class Loaded:
     model_path: str
-    n_ctx: int
+    n_ctx: int  # the KV pool: every slot's cells
     n_ctx_train: int
     n_gpu_layers: int
     use_extra_bufts: bool
@@ -106,6 +106,11 @@ class Loaded:
     rss_bytes: int
     buffers: dict[str, float]  # llama.cpp's "<name> buffer size = X MiB", in bytes
     devices: tuple[str, ...]
+    n_ctx_seq: int = 0  # the longest conversation, in tokens (0: n_ctx)
+
+    @property
+    def conversation_ctx(self) -> int:
+        return self.n_ctx_seq or self.n_ctx
 
 
 @dataclass(frozen=True)
@@ -196,6 +201,11 @@ class StatusReport:
     # Finished replies' tokens still to be read again for the state cache: the engine's
     # lowest-priority work, done while no request runs.
     unread_tokens: int = 0
+    # The KV pool the slots share: cells in it, cells in use (finished slots' kept for reuse
+    # included), and how often finished slots' cells were freed for room.
+    kv_cells: int = 0
+    kv_cells_used: int = 0
+    kv_evictions: int = 0
 
 
 @dataclass(frozen=True)

@@ -69,8 +69,11 @@ def _load_dynamic_backends() -> None:
 
 
 class LlamaModel:
-    """`params`' model with one context of `n_slots` sequences of `params.n_ctx` cells each
-    (the KV cache is not unified: one long conversation cannot starve the others)."""
+    """`params`' model with one context for `n_slots` sequences: one KV pool of
+    n_slots × `params.n_ctx` cells that they all share (llama.cpp's unified cache), so a
+    conversation may grow past its share while others are short; the scheduler decides who
+    gets cells (scheduler.py). `seq_limit` is the longest conversation: the pool, up to the
+    model's trained context (or `params.n_ctx` where that asks for more)."""
 
     def __init__(
         self,
@@ -109,7 +112,7 @@ class LlamaModel:
         cparams.n_batch = params.n_batch
         cparams.n_ubatch = params.n_batch
         cparams.n_seq_max = n_slots
-        cparams.kv_unified = False  # each slot its own n_ctx cells
+        cparams.kv_unified = True  # one pool: a conversation is not capped at its share
         cparams.n_threads = params.n_threads
         cparams.n_threads_batch = params.n_threads
         cparams.type_k = KV_TYPE_IDS[params.kv_type]
@@ -130,8 +133,8 @@ class LlamaModel:
                 "flash attention)",
                 ErrorKind.BAD_MODEL,
             )
-        self.n_ctx = L.llama_n_ctx(self.ctx)  # all slots' cells
-        self.n_ctx_seq = L.llama_n_ctx_seq(self.ctx)  # one slot's
+        self.n_ctx = L.llama_n_ctx(self.ctx)  # the pool: all slots' cells
+        self.seq_limit = min(self.n_ctx, max(params.n_ctx, self.n_ctx_train or params.n_ctx))
         self.n_batch = L.llama_n_batch(self.ctx)
         self.memory = L.llama_get_memory(self.ctx)
         self._piece_buf = ctypes.create_string_buffer(256)

@@ -17,8 +17,8 @@ from deskllm.engine.domain import ChatMessage, Event, LoadParams, Sampling
 
 @dataclass(frozen=True)
 class Load:
-    """Load `params` with `n_slots` slots of `params.n_ctx` tokens each (one context holds
-    them all: Loaded.n_ctx is n_slots × the per-slot context)."""
+    """Load `params` with `n_slots` slots sharing one KV pool of n_slots × `params.n_ctx`
+    cells (Loaded.n_ctx; Loaded.n_ctx_seq is the longest conversation)."""
 
     params: LoadParams
     n_slots: int = 1

@@ -8,13 +8,20 @@ then every slot that asked for logits samples with its own sampler chain. A requ
 the free slot whose cached tokens share the longest prefix with its prompt, or one beside
 running slots that shares nearly as much (slots.py).
 
-The KV cache is not unified: each slot owns `n_ctx_seq` cells (the per-slot context), so one
-long conversation cannot starve the others. llama.cpp then reads the weights once per run of
-consecutive sequence ids in a batch: a step lists its tokens in slot order, and slot choice
-keeps running slots side by side. Before a slot's cells are overwritten by another
-conversation they are saved into the conversation state cache (kv_cache.py), and a request
-whose conversation has a saved state longer than any free slot's match is restored into a
-slot instead of reading its prompt again.
+The slots share one KV pool of n_slots × params.n_ctx cells (llama.cpp's unified cache, one
+stream: every step is one pass over the weights whatever its slots): a conversation may grow
+to `seq_limit` while others are short. Cells are promised by what a request will use, not by
+slot: each running request is guaranteed its prompt and its max_tokens (one that leaves
+max_tokens out, the larger of its fair share and its prompt plus half a share: `_guarantee`);
+a request waits until the pool can promise that, and what running requests hold or were
+promised never exceeds the pool. Past its guarantee a reply grows into cells nobody was
+promised and ends ("context_full") only where the next cell would break another's promise: a
+running reply is never cut for another within its guarantee. Finished slots keep their cells
+for the next turn or a shared prefix; when the pool is short of room, the least recently used
+of them go to the conversation state cache (kv_cache.py, RAM then disk) and are freed. Before
+a slot's cells are overwritten by another conversation they are saved there too, and a
+request whose conversation has a saved state longer than any free slot's match is restored
+into a slot instead of reading its prompt again.
 
 The model, its context, tokenizer and sampler chain are LlamaModel's (llama_model.py). Runs
 only inside the engine worker process.
@@ -39,9 +46,7 @@ from deskllm.engine.kv_cache import (
     KvStateCache,
     delete_conversation_states,
     make_guard,
-    many_streams,
     model_identity,
-    one_stream,
 )
 from deskllm.engine.llama_model import L, LlamaModel
 from deskllm.engine.slots import (
@@ -87,6 +92,7 @@ class SlotRun:
     intervals: list[float] = field(default_factory=list)  # seconds between tokens
     logprobs: list[float] = field(default_factory=list)  # Sampling.logprobs: the first N
     n_past: int = 0  # tokens in its slot's context (kept when it ended)
+    guaranteed: int = 0  # pool cells promised to it (its slot's tokens included)
     cancelled: bool = False
     batch_index: int = -1  # where its logits are in this step's output
 
@@ -119,8 +125,10 @@ class Scheduler(LlamaModel):
         use_extra_bufts: bool,
         on_progress: Callable[[float], None] | None = None,
     ) -> None:
-        """`params.n_ctx` is the context of one slot; the context holds n_slots of them."""
+        """The pool holds n_slots × `params.n_ctx` cells (`n_ctx`), shared."""
         super().__init__(params, use_extra_bufts, on_progress, n_slots)
+        self.share = max(self.n_ctx // n_slots, 1)  # one slot's fair share of the pool
+        self.evictions = 0  # idle slots' cells freed for room, for the figures
         self.slots = [Slot(i) for i in range(n_slots)]
         self.waiting: deque[SlotRun] = deque()
         self.running: dict[int, SlotRun] = {}  # by request id, in admission order
@@ -142,29 +150,22 @@ class Scheduler(LlamaModel):
         self.save_seconds: list[float] = []  # each slot state saved, for the figures
 
     def _make_state_cache(self) -> KvStateCache | None:
-        """The conversation state cache, its guard naming the per-slot context: a state saved
-        with any slot count restores with any other. Models whose memory is not one plain KV
-        cache keep llama.cpp's many-stream data as it is: their guard names the slot count."""
+        """The conversation state cache. A sequence's state in a one-stream (unified) cache
+        does not depend on the pool's size or the slot count: a state saved by the window
+        restores into a server's slot and back (one longer than `seq_limit` is refused)."""
         params = self.params
         if params.kv_ram_budget_mb <= 0 and params.kv_disk_budget_mb <= 0:
             return None  # nothing would be kept: saving would only cost time
-        model = self.model
-        self.one_stream_states = not (
-            L.llama_model_n_swa(model) or L.llama_model_is_recurrent(model)
-            or L.llama_model_is_hybrid(model)
-        )  # fmt: skip
-        extra = {} if self.one_stream_states else {"streams": self.n_slots}
         guard = make_guard(
             model=model_identity(params.model_path),
-            n_ctx=self.n_ctx_seq,
             kv_type=params.kv_type,
             flash_attn=params.flash_attn,
             template=hashlib.sha256((self.chat_template() or "").encode()).hexdigest(),
             build=build.build_id(),
-            **extra,
+            kv="unified",
         )
         return KvStateCache(guard, params.kv_ram_budget_mb << 20, self.kv_disk_dir,
-                            params.kv_disk_budget_mb << 20, max_tokens=self.n_ctx_seq)  # fmt: skip
+                            params.kv_disk_budget_mb << 20, max_tokens=self.seq_limit)  # fmt: skip
 
     # Requests ---------------------------------------------------------------------------------
     def submit(
@@ -199,6 +200,9 @@ class Scheduler(LlamaModel):
             outputs.append(StepOutput(run, finish="cancelled"))
         while self.waiting:
             run = self.waiting[0]
+            run.guaranteed = self._guarantee(run)
+            if self._committed() + run.guaranteed > self.n_ctx:
+                return  # waits for cells; nothing overtakes it, so it is never starved
             choice = choose_slot(self.slots, run.prompt)
             if choice is None:
                 return
@@ -221,12 +225,61 @@ class Scheduler(LlamaModel):
             slot.conversation = run.conversation
             run.admitted = time.perf_counter()
             run.slot, run.cached, run.feed = slot, reused, run.prompt[reused:]
-            run.max_tokens = max(min(run.sampling.max_tokens, self.n_ctx_seq - len(run.prompt)), 1)
+            run.max_tokens = max(min(run.sampling.max_tokens, self.seq_limit - len(run.prompt)), 1)
             run.matcher = StopMatcher(tuple(run.sampling.stop))
             run.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
             self.running[run.request_id] = run
             if self.on_admitted is not None:
                 self.on_admitted(run)
+
+    # The pool ---------------------------------------------------------------------------------
+    def _guarantee(self, run: SlotRun) -> int:
+        """The cells promised to `run`: its prompt and max_tokens where it names a reply that
+        fits the context; a reply of "whatever is left" (max_tokens left out: the whole
+        context) is promised the larger of the fair share and its prompt plus half a share, so
+        it does not hold the pool alone, and grows past that into free cells."""
+        n_prompt = len(run.prompt)
+        wants = n_prompt + run.sampling.max_tokens
+        if wants < self.seq_limit:
+            return wants
+        return min(self.seq_limit, max(self.share, n_prompt + self.share // 2))
+
+    def _committed(self) -> int:
+        """Cells running requests hold or were promised, whichever is more."""
+        return sum(max(r.guaranteed, len(r.slot.tokens)) for r in self.running.values())
+
+    def held(self) -> int:
+        """Cells in use: every slot's (a finished one keeps its cells for reuse)."""
+        return sum(len(s.tokens) for s in self.slots)
+
+    def _make_room(self, cells: int, keep: tuple[Slot, ...] = ()) -> bool:
+        """Free finished slots' cells, least recently used first (saved to the state cache
+        first), until `cells` more fit the pool. Slots in `keep` stay. False: not enough."""
+        while self.held() + cells > self.n_ctx:
+            idle = [s for s in self.slots if s.free and s.tokens and s not in keep]
+            if not idle:
+                return False
+            slot = min(idle, key=lambda s: s.last_used)
+            self._save_before_overwrite(slot)
+            L.llama_memory_seq_rm(self.memory, slot.index, 0, -1)
+            slot.tokens.clear()
+            slot.unread.clear()
+            slot.n_exact = 0
+            slot.conversation = None
+            self.evictions += 1
+        return True
+
+    def _over_promise(self, decoding: list[SlotRun]) -> list[SlotRun]:
+        """Of the replies past their guarantee, those whose next cell would break a promise
+        to another request (they end with context_full); the others take free cells."""
+        committed, cut = self._committed(), []
+        for run in decoding:
+            if len(run.slot.tokens) >= run.guaranteed:
+                if committed + 1 > self.n_ctx:
+                    cut.append(run)
+                else:
+                    committed += 1
+        return cut
 
     # Conversation states ----------------------------------------------------------------------
     def _place(self, run: SlotRun, choice: SlotChoice) -> tuple[Slot, int]:
@@ -246,12 +299,16 @@ class Scheduler(LlamaModel):
             target = restore_target(self.slots)
             if target.conversation != run.conversation:
                 self._save_before_overwrite(target)
+            # The chosen slot may give its cells up too: the restored state replaces them.
+            if not self._make_room(len(state.tokens) - len(target.tokens), keep=(target,)):
+                # The pool is promised to running replies: the prompt is read instead.
+                return slot, (reused if slot.tokens else 0)
             problem = self._restore(target, state)
             if problem is None:
                 run.restored_from = where
                 return target, lcp
             self.state_cache.drop(run.conversation, f"not restored: {problem}")
-            return slot, (0 if target is slot else reused)
+            return slot, (0 if target is slot or not slot.tokens else reused)
         if (reused < len(slot.tokens) or slot.unread) and slot.conversation != run.conversation:
             self._save_before_overwrite(slot)  # the conversation's own later turn supersedes it
         return slot, reused
@@ -296,12 +353,6 @@ class Scheduler(LlamaModel):
             self.ctx, (ctypes.c_uint8 * size).from_buffer(data), size, slot.index
         )
         del data[written:]
-        if self.one_stream_states:
-            data = one_stream(data, self.n_slots, slot.index)
-        if data is None:
-            log.warning("the KV state of slot %d is not laid out as expected; not saved",
-                        slot.index)  # fmt: skip
-            return
         try:
             self.state_cache.put(slot.conversation, KvState(tuple(slot.tokens), data))
         except OSError as exc:  # a full or read-only disk: the conversation is read again
@@ -316,18 +367,12 @@ class Scheduler(LlamaModel):
         slot.n_exact = 0
         slot.conversation = None
         L.llama_memory_seq_rm(self.memory, slot.index, 0, -1)
-        if len(state.tokens) > self.n_ctx_seq:
-            return f"{len(state.tokens)} tokens, more than the {self.n_ctx_seq}-token slot"
+        if len(state.tokens) > self.seq_limit:
+            return f"{len(state.tokens)} tokens, more than the {self.seq_limit}-token context"
         bad = next((t for t in state.tokens if not 0 <= t < self.n_vocab), None)
         if bad is not None:  # tokens come from a file: one past the vocabulary would crash
             return f"token id {bad} is outside the model's vocabulary of {self.n_vocab}"
-        data = (
-            many_streams(state.data, self.n_slots)
-            if self.one_stream_states
-            else bytearray(state.data)
-        )
-        if data is None:
-            return "not the state of one sequence"
+        data = bytearray(state.data)  # llama.cpp's ctypes call takes it without a copy
         buf = (ctypes.c_uint8 * len(data)).from_buffer(data)
         if L.llama_state_seq_set_data(self.ctx, buf, len(data), slot.index) == 0:
             L.llama_memory_seq_rm(self.memory, slot.index, 0, -1)
@@ -392,7 +437,7 @@ class Scheduler(LlamaModel):
         """Read up to `limit` of the slot's unread tokens, alone in one decode. `yielding`:
         stop in the middle of it when a request comes (its cells are dropped; read later)."""
         take = share_budget(0, [len(slot.unread)], limit)[0]  # never leaves one alone
-        if take < 2:  # one token: the next prompt reads it
+        if take < 2 or not self._make_room(take, keep=(slot,)):  # the next prompt reads them
             slot.unread.clear()
             return
         chunk = slot.unread[:take]
@@ -455,16 +500,18 @@ class Scheduler(LlamaModel):
                 self._read_again(slot, REREAD_STEP_TOKENS, yielding=True)
             return outputs
         decoding = [r for r in runs if len(r.feed) == 1]
+        for run in self._over_promise(decoding):
+            decoding.remove(run)
+            runs.remove(run)
+            outputs.append(self._finish(run, "context_full", run.matcher.flush()))
         prefilling = [r for r in runs if len(r.feed) > 1]
         # A prompt's last token is read alone, like a generated one, so a reply's logits do
         # not depend on how its prompt happened to be batched (a seed repeats its reply).
         shares = share_budget(len(decoding), [len(r.feed) - 1 for r in prefilling], self.n_batch)
         chunks = [(run, run.feed[:share]) for run, share in zip(prefilling, shares, strict=True)
                   if share]  # fmt: skip
-        # In slot order, each slot's tokens together: without a unified KV cache llama.cpp
-        # splits a batch into one sub-batch (one pass over the weights) per run of
-        # consecutive sequence ids in batch order, so streams listed in arrival order cost
-        # several passes a step where one does.
+        # In slot order, each slot's tokens together: a stable layout (with one KV stream
+        # llama.cpp runs the whole batch in one pass over the weights, whatever its order).
         planned = [(run, [run.feed[0]], True) for run in decoding]
         planned += [(run, chunk, False) for run, chunk in chunks]
         planned.sort(key=lambda item: item[0].slot.index)
@@ -477,6 +524,8 @@ class Scheduler(LlamaModel):
                 n = self._add(n, token, pos + i, run.slot.index, wants_logits)
         if n == 0:
             return outputs
+        # Within the promises every cell fits once finished slots give theirs up.
+        self._make_room(n, keep=tuple(run.slot for run, _, _ in planned))
         batch.n_tokens = n
         # A step reading prompt chunks may take seconds on a slow machine: llama.cpp's
         # callback between graph nodes shows the heartbeat it is still working (a Python
@@ -544,7 +593,7 @@ class Scheduler(LlamaModel):
             return self._finish(run, "stop", text, run.matcher.matched, lp, piece)
         if run.generated >= run.max_tokens:
             return self._finish(run, "length", text + run.matcher.flush(), None, lp, piece)
-        if len(run.slot.tokens) >= self.n_ctx_seq:
+        if len(run.slot.tokens) >= self.seq_limit:
             return self._finish(run, "context_full", text + run.matcher.flush(), None, lp, piece)
         run.feed.append(token)  # decoded with the next step; a finished reply leaves it out
         return StepOutput(run, text, logprob=lp, piece=piece)

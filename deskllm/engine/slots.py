@@ -56,37 +56,17 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
-# Prompt tokens a slot beside running ones may read again rather than open a gap among them:
-# a gap costs a pass over the weights at every step of the reply (see busy_neighbours);
-# these tokens are read once, in one multi-token decode.
-REUSE_SLACK = 64
-
-
 def choose_slot(slots: Sequence[Slot], prompt: Sequence[int]) -> SlotChoice | None:
-    """The free slot for `prompt` (None: all busy): of those whose tokens share the longest
-    prefix with it, or within REUSE_SLACK tokens of it, the one next to the most running
-    slots; then the longest prefix; then the one used least recently, so the caches of recent
+    """The free slot for `prompt` (None: all busy): the one whose tokens share the longest
+    prefix with it; of equals, the one used least recently, so the caches of recent
     conversations stay. At most all but the last prompt token is reused: its logits must be
-    computed now."""
+    computed now. (The slots share one KV pool: which slot a request takes costs nothing.)"""
     free = [s for s in slots if s.free]
     if not free:
         return None
     shared = {s.index: common_prefix(s.tokens, prompt) for s in free}
-    best = max(shared.values())
-    close = [s for s in free if shared[s.index] >= best - REUSE_SLACK]
-    slot = max(
-        close,
-        key=lambda s: (busy_neighbours(slots, s), shared[s.index], -s.last_used, -s.index),
-    )
+    slot = max(free, key=lambda s: (shared[s.index], -s.last_used, -s.index))
     return SlotChoice(slot, reusable(shared[slot.index], len(prompt)))
-
-
-def busy_neighbours(slots: Sequence[Slot], slot: Slot) -> int:
-    """How many of the slots with the sequence ids next to `slot`'s run a request. Without a
-    unified KV cache llama.cpp decodes each run of consecutive sequence ids of a step in a
-    pass of its own over the weights: running slots side by side make fewer passes."""
-    running = {s.index for s in slots if not s.free}
-    return (slot.index - 1 in running) + (slot.index + 1 in running)
 
 
 def reusable(lcp: int, n_prompt: int) -> int:
@@ -98,12 +78,11 @@ def reusable(lcp: int, n_prompt: int) -> int:
 
 
 def restore_target(slots: Sequence[Slot]) -> Slot | None:
-    """The free slot to give up for a restored state: the one next to the most running slots
-    (busy_neighbours), then the one used least recently."""
+    """The free slot to give up for a restored state: the one used least recently."""
     free = [s for s in slots if s.free]
     if not free:
         return None
-    return min(free, key=lambda s: (-busy_neighbours(slots, s), s.last_used, s.index))
+    return min(free, key=lambda s: (s.last_used, s.index))
 
 
 def share_budget(n_decoding: int, prefill_wants: Sequence[int], n_batch: int) -> list[int]:

@@ -150,11 +150,14 @@ class Worker:
         return StatusReport(
             loaded=runtime is not None,
             model_path=runtime.params.model_path if runtime else None,
-            n_ctx=runtime.n_ctx_seq if runtime else 0,
+            n_ctx=runtime.seq_limit if runtime else 0,
             busy=bool(self.replies),
             cached_conversations=runtime.conversations() if runtime else (),
             rss_bytes=self.process.memory_info().rss,
             unread_tokens=sum(len(s.unread) for s in runtime.slots) if runtime else 0,
+            kv_cells=runtime.n_ctx if runtime else 0,
+            kv_cells_used=runtime.held() if runtime else 0,
+            kv_evictions=runtime.evictions if runtime else 0,
         )
 
     # Main loop --------------------------------------------------------------------------------
@@ -243,6 +246,7 @@ class Worker:
             Loaded(
                 model_path=params.model_path,
                 n_ctx=runtime.n_ctx,
+                n_ctx_seq=runtime.seq_limit,
                 n_ctx_train=runtime.n_ctx_train,
                 n_gpu_layers=params.n_gpu_layers,
                 use_extra_bufts=bool(params.use_extra_bufts),
@@ -287,7 +291,7 @@ class Worker:
             return
         runtime = self.runtime
         if self.embedder is None:
-            self.embedder = Embedder(runtime.model, runtime.n_ctx_seq, runtime.params.n_threads)
+            self.embedder = Embedder(runtime.model, runtime.params.n_ctx, runtime.params.n_threads)
         vectors, total = self.embedder.embed_texts(request.texts, runtime.tokenize)
         self.send(Embeddings(request.request_id, vectors, total))
 
@@ -302,8 +306,8 @@ class Worker:
     ) -> tuple[list[int], int, str | None]:
         """Render and tokenize; drop the oldest turns (never the system prompt or the last
         message, nor the question of a reply being continued) until the prompt and room for
-        the reply fit one slot's context."""
-        n_ctx = self.runtime.n_ctx_seq
+        the reply fit one conversation's context (seq_limit)."""
+        n_ctx = self.runtime.seq_limit
         reserve = min(max_tokens, n_ctx // 2)
         dropped = 0
         kept = 2 if continue_reply else 1
@@ -353,7 +357,7 @@ class Worker:
             if request.raw_prompt is not None:
                 tokens, warning = fit_raw_prompt(
                     self.runtime.tokenize, request.raw_prompt, request.sampling.max_tokens,
-                    self.runtime.n_ctx_seq,
+                    self.runtime.seq_limit,
                 ), None  # fmt: skip
             else:
                 tokens, state.dropped, warning = self.fit_prompt(
@@ -468,7 +472,7 @@ class Worker:
             itl_p50_ms=p50 * 1000 if p50 is not None else None,
             itl_p95_ms=p95 * 1000 if p95 is not None else None,
             n_past=run.n_past or (len(run.slot.tokens) if run.slot is not None else 0),
-            n_ctx=self.runtime.n_ctx_seq,
+            n_ctx=self.runtime.seq_limit,
             rss_bytes=self.process.memory_info().rss,
             vram_bytes=self.vram.read() if self.vram else None,
             device=self.device,

@@ -324,7 +324,8 @@ class MainWindow(QMainWindow):
         self.loaded_path = loaded.model_path
         self.load_bar.hide()
         name = Path(loaded.model_path).name
-        self.model_label.setText(f"{name} · context {loaded.n_ctx} · {', '.join(loaded.devices)}")
+        devices = ", ".join(loaded.devices)
+        self.model_label.setText(f"{name} · context {loaded.conversation_ctx} · {devices}")
         self.model_label.setToolTip("\n".join((loaded.model_path, *loaded.warnings)))
         self.models.set_loaded(loaded.model_path)
         self.chat.model_button.set_current(loaded.model_path)

@@ -8,7 +8,7 @@ import time
 from collections import Counter, deque
 from dataclasses import dataclass
 
-from deskllm.engine.domain import Done
+from deskllm.engine.domain import Done, StatusReport
 from deskllm.remote.router import RoutedMetrics
 
 TTFT_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -95,7 +95,10 @@ class ServerMetrics:
                     if ttft_s <= bound:
                         self._ttft_counts[i] += 1
 
-    def render(self, waiting: int, running: int, ready: bool, restarts: int = 0) -> str:
+    def render(self, waiting: int, running: int, ready: bool, restarts: int = 0,
+               engine_status: StatusReport | None = None) -> str:  # fmt: skip
+        """The Prometheus text. `engine_status`: the engine's (None: none runs)."""
+        kv = engine_status
         with self._lock:
             lines = [
                 "# HELP deskllm_requests_total HTTP requests answered, by path and status.",
@@ -135,6 +138,16 @@ class ServerMetrics:
                 "(crash, kill, hang).",
                 "# TYPE deskllm_engine_restarts_total counter",
                 f"deskllm_engine_restarts_total {restarts}",
+                "# HELP deskllm_kv_cells Cells of the KV pool the slots share, by state (used "
+                "includes finished conversations' cells kept for reuse).",
+                "# TYPE deskllm_kv_cells gauge",
+                f'deskllm_kv_cells{{state="used"}} {kv.kv_cells_used if kv else 0}',
+                f'deskllm_kv_cells{{state="free"}} '
+                f"{kv.kv_cells - kv.kv_cells_used if kv else 0}",
+                "# HELP deskllm_kv_evictions_total Finished conversations' cells freed for room "
+                "(their state kept in the state cache).",
+                "# TYPE deskllm_kv_evictions_total counter",
+                f"deskllm_kv_evictions_total {kv.kv_evictions if kv else 0}",
                 "# HELP deskllm_ttft_seconds Time to first token, from the engine's start on "
                 "the request.",
                 "# TYPE deskllm_ttft_seconds histogram",

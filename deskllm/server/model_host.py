@@ -127,7 +127,7 @@ class ModelHost:
         self.loaded_event.set()
 
     def _loaded(self, loaded: Loaded) -> None:
-        self.n_ctx = loaded.n_ctx // self.client.n_slots  # one slot's context
+        self.n_ctx = loaded.conversation_ctx  # the longest conversation
         self.failure = None
         self.loading_id = None
         with self._state_lock:

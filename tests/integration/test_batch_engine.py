@@ -23,7 +23,7 @@ def batch(tmp_path_factory: pytest.TempPathFactory, starter_model: Path, extra_b
     client = EngineClient(2)
     loaded = client.load(LoadParams(str(starter_model), n_ctx=2048, n_threads=2,
                                     use_extra_bufts=extra_bufts))  # fmt: skip
-    assert loaded.n_ctx == 2 * 2048 and client.slot_ctx == 2048
+    assert loaded.n_ctx == 2 * 2048 and client.conversation_ctx == 2 * 2048  # one pool
     yield client
     client.close()
 
@@ -81,9 +81,9 @@ def test_a_killed_engine_ends_every_open_reply_and_the_next_starts_afresh(batch)
     assert again.ok and again.text and batch.pid not in (None, old_pid)
 
 
-def test_a_conversation_that_does_not_fit_a_slot_fails_or_loses_old_turns(batch):
-    long = [ChatMessage("user", "Tell me about boxes. " * 300),
-            ChatMessage("assistant", "Boxes are containers. " * 300),
+def test_a_conversation_that_does_not_fit_the_pool_fails_or_loses_old_turns(batch):
+    long = [ChatMessage("user", "Tell me about boxes. " * 600),
+            ChatMessage("assistant", "Boxes are containers. " * 600),
             ChatMessage("user", "Summarise.")]  # fmt: skip
     sampling = Sampling(temperature=0, max_tokens=4)
     refused = batch.chat("fit", long, sampling, drop_old_turns=False).wait()
@@ -159,9 +159,11 @@ def test_started_replies_get_their_events_on_the_reader_thread_step_by_step(batc
         assert isinstance(done, Done) and done.finish_reason == "length"
         assert done.text == "".join(e.text for e in recorder.events if isinstance(e, TextDelta))
         assert rid not in batch._mailboxes  # its last event closed it
-    # The same replies as read through chat() (greedy, each alone).
+    # Each its own reply: as read through chat() (greedy, each alone), up to where batching
+    # may flip a near tie (see test_server_parallel.NEAR_TIE).
     alone = [batch.chat("cb", user(q), short).wait().text for q in questions]
-    assert [r.events[-1].text for r in recorders] == alone
+    assert alone[0][:12] != alone[1][:12]
+    assert [r.events[-1].text[:12] for r in recorders] == [text[:12] for text in alone]
 
 
 def test_a_started_reply_is_cancelled_by_id_and_ends_with_exited_when_the_engine_dies(batch):

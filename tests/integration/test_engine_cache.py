@@ -81,9 +81,13 @@ def test_a_stale_state_is_never_used(load_params):
     with EngineClient() as client:
         client.load(params)
         turn(client, cid, history)
-    # Another context length: the state's guard no longer matches.
+    # Another attention kernel: the state's guard no longer matches. (Another context length
+    # does: a sequence's state does not depend on the pool it was saved from.)
     with EngineClient() as client:
         client.load(replace(params, n_ctx=1024))
+        assert turn(client, cid, history).metrics.restored_from in ("ram", "disk")
+    with EngineClient() as client:
+        client.load(replace(params, flash_attn=not params.flash_attn))
         again = turn(client, cid, history)
     assert again.metrics.restored_from is None
     assert again.metrics.cached_tokens == 0

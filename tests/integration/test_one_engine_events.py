@@ -40,7 +40,8 @@ def _reply_figures(client: EngineClient) -> None:
     assert m.itl_p95_ms is not None and m.itl_p95_ms >= m.itl_p50_ms
     assert m.prompt_tokens == m.cached_tokens + m.evaluated_tokens
     assert m.prompt_tokens < m.n_past <= m.prompt_tokens + m.generated_tokens
-    assert m.n_ctx == 1024 and m.rss_bytes > 0 and m.device == "CPU"
+    assert m.n_ctx == client.conversation_ctx == 1024 * client.n_slots  # the slots' pool
+    assert m.rss_bytes > 0 and m.device == "CPU"
     assert m.vram_bytes is None  # no layer offloaded: no GPU memory to read
 
 
@@ -87,8 +88,9 @@ def _stop_string(client: EngineClient) -> None:
 
 
 def _context_trimmed(client: EngineClient) -> None:
-    long = [ChatMessage("user", "Tell me about boxes. " * 120),
-            ChatMessage("assistant", "Boxes are containers. " * 120),
+    times = 120 * client.n_slots  # past the longest conversation: the slots' pool
+    long = [ChatMessage("user", "Tell me about boxes. " * times),
+            ChatMessage("assistant", "Boxes are containers. " * times),
             ChatMessage("user", "Summarise.")]  # fmt: skip
     refused = client.chat(uuid.uuid4().hex, long, GREEDY, drop_old_turns=False).wait()
     assert refused.error is not None and refused.error.kind == ErrorKind.CONTEXT
@@ -139,7 +141,8 @@ def _restore(client: EngineClient) -> None:
 
 def _status(client: EngineClient) -> None:
     status = client.status()
-    assert status is not None and status.loaded and status.n_ctx == 1024
+    assert status is not None and status.loaded and status.n_ctx == 1024 * client.n_slots
+    assert status.kv_cells == 1024 * client.n_slots and status.kv_cells_used > 0
     assert status.model_path == client.params.model_path and status.rss_bytes > 0
 
 

@@ -1,7 +1,7 @@
-"""Remote engines against real servers nobody here wrote: llama-cpp-python's own OpenAI server
-and a second `deskllm serve`, driven through `deskllm remote` and `deskllm chat --model
-NAME/MODEL` as users run them, and through the client and pool in-process where a server is
-killed mid-reply."""
+"""Remote engines against real servers nobody here wrote: llama-cpp-python's own OpenAI server,
+llama.cpp's llama-server and a second `deskllm serve`, driven through `deskllm remote` and
+`deskllm chat --model NAME/MODEL` as users run them, and through the client and pool
+in-process where a server is killed mid-reply."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from remote_helpers import llama_cpp_server
+from remote_helpers import LLAMA_SERVER, llama_cpp_server, llama_server
 from server_helpers import API_KEY, running_server
 
 from deskllm.engine.domain import ChatMessage, Sampling, TextDelta
@@ -30,6 +30,7 @@ from deskllm.store.chat_session import ChatSession
 from deskllm.store.export import conversation_dict, conversation_markdown
 
 LCS_KEY = "sk-lcs-3e8a51f0c2"  # llama_cpp.server's key
+LS_KEY = "sk-ls-90b4e7d21a"  # llama-server's
 ALIAS = "smol"
 DESK_MODEL = "SmolLM2-135M-Instruct (Q4_1)"  # what deskllm serve calls the starter model
 SHORT = Sampling(temperature=0, max_tokens=12)
@@ -41,6 +42,15 @@ CLI_VERBOSE = "import sys; from deskllm.cli import main; sys.exit(main(['-v', *s
 def lcs(tmp_path_factory, starter_model: Path, extra_bufts: bool):
     log_dir = tmp_path_factory.mktemp("lcs")
     with llama_cpp_server(starter_model, ALIAS, LCS_KEY, log_dir, extra_bufts) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def ls(tmp_path_factory, starter_model: Path, extra_bufts: bool):
+    if not LLAMA_SERVER.is_file():
+        pytest.skip(f"{LLAMA_SERVER} is absent: run packaging/build_llama_server.sh")
+    log_dir = tmp_path_factory.mktemp("ls")
+    with llama_server(starter_model, ALIAS, LS_KEY, log_dir, extra_bufts) as server:
         yield server
 
 
@@ -116,10 +126,14 @@ def test_remote_add_list_test_remove_round_trip(cli, lcs, desk, deskllm_home: Pa
     assert cli("remote", "test", "lcs").returncode == 1
 
 
-@pytest.mark.parametrize("which", ["desk", "lcs"])
-def test_chat_with_a_remote_streams_reports_and_stores(which, cli, lcs, desk, deskllm_home):
-    server, key, model = (desk, API_KEY, DESK_MODEL) if which == "desk" else (lcs, LCS_KEY, ALIAS)
-    assert cli("remote", "add", which, server.v1, "--key-stdin", stdin=key).returncode == 0
+@pytest.mark.parametrize("which", ["desk", "lcs", "ls"])
+def test_chat_with_a_remote_streams_reports_and_stores(which, cli, request, deskllm_home):
+    key, model, preset = {"desk": (API_KEY, DESK_MODEL, "deskllm"),
+                          "lcs": (LCS_KEY, ALIAS, "openai"),
+                          "ls": (LS_KEY, ALIAS, "llama-server")}[which]  # fmt: skip
+    server = request.getfixturevalue(which)
+    added = cli("remote", "add", which, server.v1, "--preset", preset, "--key-stdin", stdin=key)
+    assert added.returncode == 0, added.stderr
     r = cli("chat", "--model", f"{which}/{model}", "--prompt", "What colour is the sky?",
             "--temperature", "0", "--max-tokens", "12", "--metrics")  # fmt: skip
     assert r.returncode == 0, r.stderr
@@ -134,7 +148,7 @@ def test_chat_with_a_remote_streams_reports_and_stores(which, cli, lcs, desk, de
     m = reply.metrics
     assert m["engine"] == which and m["device"] == "remote" and m["finish_reason"] == "length"
     assert m["generated_tokens"] == 12 and m["ttft_s"] > 0 and m["tg_tps"] > 0
-    if which == "desk":  # deskllm serve reports usage in the stream; llama_cpp.server does not
+    if which != "lcs":  # usage (deskllm) or timings (llama-server); llama_cpp.server: neither
         assert m["prompt_tokens"] > 10
     exported = json.dumps(conversation_dict(store, conversation.id))
     assert f'"engine": "{which}"' in exported and key not in exported

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
@@ -35,8 +37,10 @@ async def health(request: Request) -> JSONResponse:
 @router.get("/metrics", response_class=PlainTextResponse, responses=METRICS_RESPONSES)
 async def metrics(request: Request) -> PlainTextResponse:
     host = request.app.state.host
+    engine = await asyncio.to_thread(host.client.status)  # a pipe round trip: off the loop
     text = request.app.state.metrics.render(
         waiting=host.queue.waiting, running=host.queue.running,
         ready=host.state == HostState.READY, restarts=host.client.restarts,
+        engine_status=engine,
     )  # fmt: skip
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
