@@ -206,6 +206,9 @@ class StatusReport:
     kv_cells: int = 0
     kv_cells_used: int = 0
     kv_evictions: int = 0
+    # Prompts that took a prefix another slot holds by reference, and the tokens they took.
+    prefix_hits: int = 0
+    prefix_tokens: int = 0
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,7 @@ from deskllm.engine.kv_cache import (
 )
 from deskllm.engine.llama_model import L, LlamaModel
 from deskllm.engine.slots import (
+    CellLedger,
     Slot,
     SlotChoice,
     choose_slot,
@@ -64,6 +65,9 @@ from deskllm.llamacpp import build
 log = logging.getLogger("deskllm.engine")
 
 REREAD_STEP_TOKENS = 64  # a finished reply's tokens read again per idle step
+# A prompt prefix worth taking from another slot by reference (or waiting for, while a running
+# request reads it): fewer tokens are read again, which costs about as much as the copy.
+MIN_SHARED_PREFIX = 16
 DECODE_ABORTED = 2  # llama_decode's answer when its abort callback stopped it
 
 
@@ -93,6 +97,10 @@ class SlotRun:
     logprobs: list[float] = field(default_factory=list)  # Sampling.logprobs: the first N
     n_past: int = 0  # tokens in its slot's context (kept when it ended)
     guaranteed: int = 0  # pool cells promised to it (its slot's tokens included)
+    # A running request reading the same prompt prefix, and how many of its tokens this one
+    # will take by reference once they are read (it reads nothing before).
+    follows: SlotRun | None = None
+    follow_n: int = 0
     cancelled: bool = False
     batch_index: int = -1  # where its logits are in this step's output
 
@@ -129,6 +137,9 @@ class Scheduler(LlamaModel):
         super().__init__(params, use_extra_bufts, on_progress, n_slots)
         self.share = max(self.n_ctx // n_slots, 1)  # one slot's fair share of the pool
         self.evictions = 0  # idle slots' cells freed for room, for the figures
+        self.ledger = CellLedger()  # which pool cells each slot's tokens are
+        self.prefix_hits = 0  # prompts that took a prefix from another slot, for the figures
+        self.prefix_tokens = 0  # the tokens they took
         self.slots = [Slot(i) for i in range(n_slots)]
         self.waiting: deque[SlotRun] = deque()
         self.running: dict[int, SlotRun] = {}  # by request id, in admission order
@@ -218,9 +229,11 @@ class Scheduler(LlamaModel):
             ):
                 L.llama_memory_seq_rm(self.memory, slot.index, 0, -1)  # cannot cut: start over
                 reused = 0
-            del slot.tokens[reused:]
+            self.ledger.cut(slot, reused)
             slot.n_exact = min(slot.n_exact, reused)
             slot.unread.clear()  # what the prompt shares of them it reads anyway
+            if run.restored_from is None:
+                reused = self._share_prefix(run, slot, reused)
             slot.request_id = run.request_id
             slot.conversation = run.conversation
             run.admitted = time.perf_counter()
@@ -249,8 +262,9 @@ class Scheduler(LlamaModel):
         return sum(max(r.guaranteed, len(r.slot.tokens)) for r in self.running.values())
 
     def held(self) -> int:
-        """Cells in use: every slot's (a finished one keeps its cells for reuse)."""
-        return sum(len(s.tokens) for s in self.slots)
+        """Cells in use: every slot's, a shared prefix once (a finished slot keeps its cells
+        for reuse)."""
+        return self.ledger.used
 
     def _make_room(self, cells: int, keep: tuple[Slot, ...] = ()) -> bool:
         """Free finished slots' cells, least recently used first (saved to the state cache
@@ -262,7 +276,7 @@ class Scheduler(LlamaModel):
             slot = min(idle, key=lambda s: s.last_used)
             self._save_before_overwrite(slot)
             L.llama_memory_seq_rm(self.memory, slot.index, 0, -1)
-            slot.tokens.clear()
+            self.ledger.cut(slot, 0)
             slot.unread.clear()
             slot.n_exact = 0
             slot.conversation = None
@@ -280,6 +294,61 @@ class Scheduler(LlamaModel):
                 else:
                     committed += 1
         return cut
+
+    # Shared prefixes --------------------------------------------------------------------------
+    def _share_prefix(self, run: SlotRun, slot: Slot, reused: int) -> int:
+        """Give `run`'s slot (holding `reused` prompt tokens) the longest prefix of its prompt
+        another slot holds, running or finished, by reference (llama_memory_seq_cp: the same
+        cells, not read again nor stored twice). Where a running request is still reading a
+        longer common prefix, `run` follows it: it reads nothing until that prefix is read,
+        then takes it (see _still_following). Returns the prompt tokens the slot now holds."""
+        best, source = reused, None
+        for other in self.slots:
+            if other is not slot and other.n_exact >= best + MIN_SHARED_PREFIX:
+                n = self._shareable(other, run.prompt)
+                if n >= best + MIN_SHARED_PREFIX:
+                    best, source = n, other
+        for leader in self.running.values():  # one still reading more of it: wait for that
+            if leader is run or leader.slot is None or leader.follows is not None:
+                continue
+            n = reusable(common_prefix(leader.prompt, run.prompt), len(run.prompt))
+            ahead = max(best, leader.slot.n_exact, run.follow_n)
+            if n >= ahead + MIN_SHARED_PREFIX:
+                run.follows, run.follow_n = leader, n
+        if run.follows is not None:
+            return reused
+        return self._take_prefix(run, slot, source, best) if source is not None else reused
+
+    def _shareable(self, source: Slot, prompt: list[int]) -> int:
+        """Prompt tokens `source`'s cells give: only cells a cold read makes (n_exact)."""
+        return reusable(min(common_prefix(source.tokens, prompt), source.n_exact), len(prompt))
+
+    def _take_prefix(self, run: SlotRun, slot: Slot, source: Slot, n: int) -> int:
+        if slot.tokens:
+            L.llama_memory_seq_rm(self.memory, slot.index, 0, -1)
+            self.ledger.cut(slot, 0)
+        L.llama_memory_seq_cp(self.memory, source.index, slot.index, 0, n)
+        self.ledger.share(source, slot, n)
+        slot.n_exact = n
+        self.prefix_hits += 1
+        self.prefix_tokens += n
+        return n
+
+    def _still_following(self, run: SlotRun) -> bool:
+        """Whether `run` waits for the prefix its leader reads. Once the leader has read it
+        (or ended), `run` takes what the leader's slot holds of it and reads the rest."""
+        leader = run.follows
+        if leader is None:
+            return False
+        slot = leader.slot
+        if leader.request_id in self.running and slot.n_exact < run.follow_n:
+            return True
+        run.follows = None
+        n = self._shareable(slot, run.prompt) if slot is not None else 0
+        if n > len(run.slot.tokens):
+            n = self._take_prefix(run, run.slot, slot, n)
+            run.cached, run.feed = n, run.prompt[n:]
+        return False
 
     # Conversation states ----------------------------------------------------------------------
     def _place(self, run: SlotRun, choice: SlotChoice) -> tuple[Slot, int]:
@@ -362,7 +431,7 @@ class Scheduler(LlamaModel):
     def _restore(self, slot: Slot, state: KvState) -> str | None:
         """Put `state` in the slot's sequence. Returns None, or why it was refused (then the
         slot is empty)."""
-        slot.tokens.clear()
+        self.ledger.cut(slot, 0)
         slot.unread.clear()
         slot.n_exact = 0
         slot.conversation = None
@@ -383,7 +452,7 @@ class Scheduler(LlamaModel):
         if n_cells != len(state.tokens):
             L.llama_memory_seq_rm(self.memory, slot.index, 0, -1)
             return f"the state holds {n_cells} positions for {len(state.tokens)} tokens"
-        slot.tokens.extend(state.tokens)
+        self.ledger.grow(slot, state.tokens)
         slot.n_exact = len(slot.tokens)  # saved states hold only cells a cold read makes
         return None
 
@@ -397,7 +466,7 @@ class Scheduler(LlamaModel):
                 slot.conversation = None
                 if slot.request_id is None:
                     L.llama_memory_seq_rm(self.memory, slot.index, 0, -1)
-                    slot.tokens.clear()
+                    self.ledger.cut(slot, 0)
                     slot.unread.clear()
                     slot.n_exact = 0
         if self.kv_disk_dir is not None:
@@ -429,8 +498,7 @@ class Scheduler(LlamaModel):
         if tail and not L.llama_memory_seq_rm(self.memory, slot.index, slot.n_exact, -1):
             L.llama_memory_seq_rm(self.memory, slot.index, 0, -1)  # cannot cut: start over
             tail, slot.n_exact = [], 0
-            slot.tokens.clear()
-        del slot.tokens[slot.n_exact :]
+        self.ledger.cut(slot, slot.n_exact)
         return tail
 
     def _read_again(self, slot: Slot, limit: int, yielding: bool = False) -> None:
@@ -462,7 +530,7 @@ class Scheduler(LlamaModel):
             return
         if slot.n_exact == pos:
             slot.n_exact += take
-        slot.tokens.extend(chunk)
+        self.ledger.grow(slot, chunk)
         del slot.unread[:take]
         if len(slot.unread) < 2:
             slot.unread.clear()
@@ -504,7 +572,7 @@ class Scheduler(LlamaModel):
             decoding.remove(run)
             runs.remove(run)
             outputs.append(self._finish(run, "context_full", run.matcher.flush()))
-        prefilling = [r for r in runs if len(r.feed) > 1]
+        prefilling = [r for r in runs if len(r.feed) > 1 and not self._still_following(r)]
         # A prompt's last token is read alone, like a generated one, so a reply's logits do
         # not depend on how its prompt happened to be batched (a seed repeats its reply).
         shares = share_budget(len(decoding), [len(r.feed) - 1 for r in prefilling], self.n_batch)
@@ -550,10 +618,10 @@ class Scheduler(LlamaModel):
             slot = run.slot
             if len(chunk) > 1 and slot.n_exact == len(slot.tokens):
                 slot.n_exact += len(chunk)  # a multi-token decode: what a cold read makes
-            slot.tokens.extend(chunk)
+            self.ledger.grow(slot, chunk)
             del run.feed[: len(chunk)]
         for run in decoding:
-            run.slot.tokens.append(run.feed.pop())
+            self.ledger.grow(run.slot, [run.feed.pop()])
             outputs.append(self._sample(run, now))
         return outputs
 

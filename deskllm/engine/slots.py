@@ -15,6 +15,7 @@ prompt chunk is a single token where that can be helped.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -27,7 +28,8 @@ class Slot:
     tokens it holds (the key its state is saved under; None: nobody's). `n_exact`: leading
     cells made by multi-token decodes. `unread`: tokens whose cells were dropped to be read
     again, batched, after `tokens` (a request that takes the slot meanwhile reads them with
-    its prompt if it shares them)."""
+    its prompt if it shares them). `cells`: which cells of the pool `tokens` are (CellLedger's
+    ids; a prefix taken from another slot is the same cells)."""
 
     index: int
     tokens: list[int] = field(default_factory=list)
@@ -36,10 +38,51 @@ class Slot:
     conversation: str | None = None
     n_exact: int = 0
     unread: list[int] = field(default_factory=list)
+    cells: list[int] = field(default_factory=list)
 
     @property
     def free(self) -> bool:
         return self.request_id is None
+
+
+class CellLedger:
+    """Which cells of the one KV pool each slot's tokens are. A prefix one slot takes from
+    another (llama_memory_seq_cp) is the same cells in both, so the pool's use is the distinct
+    cells, not the sum of the slots' lengths. Bookkeeping beside llama.cpp's own, which does
+    not say how many cells are in use."""
+
+    def __init__(self) -> None:
+        self._refs: Counter[int] = Counter()  # cell id → slots holding it
+        self._next = 0
+
+    @property
+    def used(self) -> int:
+        return len(self._refs)
+
+    def grow(self, slot: Slot, tokens: Sequence[int]) -> None:
+        """`tokens` were decoded after the slot's: new cells."""
+        ids = range(self._next, self._next + len(tokens))
+        self._next += len(tokens)
+        slot.tokens.extend(tokens)
+        slot.cells.extend(ids)
+        self._refs.update(ids)
+
+    def cut(self, slot: Slot, keep: int) -> None:
+        """The slot keeps its first `keep` cells; a dropped cell is freed once no slot has it."""
+        for cell in slot.cells[keep:]:
+            self._refs[cell] -= 1
+            if not self._refs[cell]:
+                del self._refs[cell]
+        del slot.tokens[keep:]
+        del slot.cells[keep:]
+
+    def share(self, source: Slot, slot: Slot, n: int) -> None:
+        """The (empty) slot takes `source`'s first `n` cells as they are."""
+        if slot.tokens:
+            raise ValueError("a slot takes a shared prefix only when empty")
+        slot.tokens.extend(source.tokens[:n])
+        slot.cells.extend(source.cells[:n])
+        self._refs.update(slot.cells)
 
 
 @dataclass(frozen=True)

@@ -158,6 +158,8 @@ class Worker:
             kv_cells=runtime.n_ctx if runtime else 0,
             kv_cells_used=runtime.held() if runtime else 0,
             kv_evictions=runtime.evictions if runtime else 0,
+            prefix_hits=runtime.prefix_hits if runtime else 0,
+            prefix_tokens=runtime.prefix_tokens if runtime else 0,
         )
 
     # Main loop --------------------------------------------------------------------------------

@@ -148,6 +148,12 @@ class ServerMetrics:
                 "(their state kept in the state cache).",
                 "# TYPE deskllm_kv_evictions_total counter",
                 f"deskllm_kv_evictions_total {kv.kv_evictions if kv else 0}",
+                "# HELP deskllm_prefix_hits_total Prompts that took a prefix another slot holds"
+                " (its cells shared, not read again), and the tokens they took.",
+                "# TYPE deskllm_prefix_hits_total counter",
+                f"deskllm_prefix_hits_total {kv.prefix_hits if kv else 0}",
+                "# TYPE deskllm_prefix_tokens_total counter",
+                f"deskllm_prefix_tokens_total {kv.prefix_tokens if kv else 0}",
                 "# HELP deskllm_ttft_seconds Time to first token, from the engine's start on "
                 "the request.",
                 "# TYPE deskllm_ttft_seconds histogram",

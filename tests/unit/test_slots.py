@@ -6,6 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from deskllm.engine.slots import (
+    CellLedger,
     Slot,
     choose_slot,
     common_prefix,
@@ -96,3 +97,20 @@ def test_a_step_never_holds_more_than_n_batch_tokens(n_decoding, wants, n_batch)
     assert n_decoding + sum(shares) <= max(n_batch, n_decoding)
     if wants and n_decoding == 0:
         assert shares[0] > 0  # a step with nothing else always reads some of the first
+
+
+@given(st.lists(st.tuples(st.sampled_from(["grow", "cut", "share"]), st.integers(0, 3),
+                          st.integers(0, 3), st.integers(0, 20)), max_size=40))  # fmt: skip
+def test_the_ledger_counts_each_cell_once_however_slots_share_them(ops):
+    ledger = CellLedger()
+    slots = [Slot(i) for i in range(4)]
+    for op, a, b, n in ops:
+        if op == "grow":
+            ledger.grow(slots[a], list(range(n)))
+        elif op == "cut":
+            ledger.cut(slots[a], min(n, len(slots[a].tokens)))
+        elif a != b:
+            ledger.cut(slots[b], 0)
+            ledger.share(slots[a], slots[b], min(n, len(slots[a].tokens)))
+        assert all(len(s.cells) == len(s.tokens) for s in slots)
+        assert ledger.used == len({c for s in slots for c in s.cells})
