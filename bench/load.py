@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import statistics
@@ -177,7 +178,7 @@ def pool_share(model: str, args: argparse.Namespace, extra: bool) -> float:
         probe: dict = {}
         chat(url, name, long, 1, probe)
         n_prompt = probe["usage"]["prompt_tokens"]
-        requests = [(long, int(0.9 * pool) - n_prompt)]
+        requests = [(long, math.ceil(0.9 * pool) - n_prompt)]
         requests += [([{"role": "user", "content": f"Name a fruit, number {i}."}], 12)
                      for i in range(3)]  # fmt: skip
         outs = at_once(url, name, requests)

@@ -275,12 +275,13 @@ def served_agg(url: str, k: int, tokens: int, name: str) -> tuple[float, float]:
     return aggregate(runs), statistics.median(r["first"] - r["sent"] for r in runs)
 
 
-def ttft(url: str, samples: int, background: int) -> list[float]:
-    """TTFT of `samples` one-token requests, one after another, while `background` long
-    streams decode (they are left once the samples are taken)."""
+def ttft(url: str, samples: int, background: int, tokens: int) -> list[float]:
+    """TTFT of `samples` one-token requests, one after another, while `background` streams
+    of `tokens` decode (they are left once the samples are taken). `tokens` fits a slot's
+    share of the pool: longer ones would be promised cells the others then wait for."""
     bg: list[dict] = [{} for _ in range(background)]
     stop_event = threading.Event()
-    threads = [threading.Thread(target=stream, args=(url, PROMPTS[i], 4000, bg[i], stop_event))
+    threads = [threading.Thread(target=stream, args=(url, PROMPTS[i], tokens, bg[i], stop_event))
                for i in range(background)]  # fmt: skip
     for t in threads:
         t.start()
@@ -446,9 +447,9 @@ def measure(model_path: str, args: argparse.Namespace, counts: list[int]) -> dic
         peers.clear()
         stop(llama)
         settle(served)
-        idle = ttft(url, args.ttft_samples, 0)
+        idle = ttft(url, args.ttft_samples, 0, 0)
         settle(served)
-        busy = ttft(url, args.ttft_samples, BUSY_STREAMS)
+        busy = ttft(url, args.ttft_samples, BUSY_STREAMS, args.ctx - 128)
     finally:
         stop(served)
         stop(llama)
