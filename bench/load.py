@@ -34,20 +34,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import signal
 import statistics
 import subprocess
 import sys
 import threading
-import time
-from pathlib import Path
 
 import httpx2
-from serve import GEMMA, LLAMA_SERVER, free_port, stop, wait_ready
-
-from deskllm.backends import Resolver
-from deskllm.store import open_database
+from serve import LLAMA_SERVER, add_worst, each_model, free_port, stop, stream_chat, wait_ready
 
 TOPICS = ["keys", "doors", "lamps", "desks", "cups", "maps", "pens", "bags"]
 QUESTIONS = [f"Question {i}: what does rule {i} say about {t}?" for i, t in enumerate(TOPICS)]
@@ -81,25 +75,11 @@ def model_id(url: str) -> str:
 
 
 def chat(url: str, model: str, messages: list[dict], max_tokens: int, out: dict) -> None:
-    """One streamed greedy chat reply; `out` gets sent, first (first text), usage, timings."""
+    """One streamed greedy chat reply; `out` gets what `stream_chat` records."""
     body = {"model": model, "messages": messages, "stream": True, "temperature": 0,
             "max_tokens": max_tokens, "ignore_eos": True,
             "stream_options": {"include_usage": True}}  # fmt: skip
-    out["sent"] = time.perf_counter()
-    with httpx2.stream("POST", url + "/v1/chat/completions", json=body, timeout=900) as r:
-        r.raise_for_status()
-        for line in r.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            if chunk.get("usage"):
-                out["usage"] = chunk["usage"]
-            if chunk.get("timings"):
-                out["timings"] = chunk["timings"]
-            choices = chunk.get("choices") or [{}]
-            if (choices[0].get("delta") or {}).get("content"):
-                out.setdefault("first", time.perf_counter())
-    out["end"] = time.perf_counter()
+    stream_chat(url, body, out)
 
 
 def at_once(url: str, model: str, requests: list[tuple[list[dict], int]]) -> list[dict]:
@@ -110,6 +90,8 @@ def at_once(url: str, model: str, requests: list[tuple[list[dict], int]]) -> lis
         t.start()
     for t in threads:
         t.join()
+    if failed := [o["error"] for o in outs if "error" in o]:
+        raise RuntimeError(f"{url}: {failed[0]}")
     return outs
 
 
@@ -225,18 +207,9 @@ def main() -> int:
     if not LLAMA_SERVER.is_file():
         parser.error(f"{LLAMA_SERVER} is missing: run packaging/build_llama_server.sh")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # still stop the servers
-    resolver = Resolver(open_database())
-    names = args.model or [None] + ([str(GEMMA)] if GEMMA.is_file() else [])
-    load_start = os.getloadavg()[0]
-    models = {}
-    for name in names:
-        path = resolver.local_path(name)
-        models[Path(path).name] = measure(path, args)
-        print(json.dumps({Path(path).name: models[Path(path).name]}), file=sys.stderr)
-    result: dict = {"models": models, "n_threads": args.threads, "rounds": args.rounds,
-                    "cpu_count": os.cpu_count(), "load_avg_1m": [load_start, os.getloadavg()[0]]}
-    for key, worst in WORST.items():
-        result[key] = worst(m[key] for m in models.values())
+    result = each_model(args.model, lambda path: measure(path, args))
+    result |= {"n_threads": args.threads, "rounds": args.rounds}
+    add_worst(result, WORST)
     print(json.dumps(result, indent=2))
     return 0
 

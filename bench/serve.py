@@ -63,6 +63,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx2
@@ -208,14 +209,21 @@ def settle(process: subprocess.Popen, timeout_s: float = 15.0) -> None:
 # Clients ------------------------------------------------------------------------------------
 def stream(url: str, prompt: str, tokens: int, out: dict,
            stop_event: threading.Event | None = None) -> None:  # fmt: skip
-    """One streamed chat reply read as raw SSE; `out` gets sent, first (first text) and end
-    times, tokens (the usage figure, else the text chunks counted) and finished (a finish
-    reason came). `stop_event`: leave once it is set (closing the connection ends the reply)."""
+    """One streamed greedy reply of `tokens` tokens to `prompt` (see `stream_chat`)."""
     body = {
         "model": MODEL_IDS[url], "messages": [{"role": "user", "content": prompt}], "stream": True,
         "temperature": 0, "repeat_penalty": 1.0, "max_tokens": tokens, "ignore_eos": True,
         "stream_options": {"include_usage": True}, "user": uuid.uuid4().hex,
     }  # fmt: skip
+    stream_chat(url, body, out, stop_event)
+
+
+def stream_chat(url: str, body: dict, out: dict,
+                stop_event: threading.Event | None = None) -> None:  # fmt: skip
+    """One streamed chat request read as raw SSE; `out` gets sent, first (first text) and end
+    times, usage and timings (where the server sends them), tokens (the usage figure, else the
+    text chunks counted), finished (a finish reason came) and error (an HTTP failure).
+    `stop_event`: leave once it is set (closing the connection ends the reply)."""
     out["sent"] = time.perf_counter()
     chunks = 0
     try:
@@ -226,7 +234,10 @@ def stream(url: str, prompt: str, tokens: int, out: dict,
                     continue
                 chunk = json.loads(line[6:])
                 if chunk.get("usage"):
+                    out["usage"] = chunk["usage"]
                     out["tokens"] = chunk["usage"]["completion_tokens"]
+                if chunk.get("timings"):
+                    out["timings"] = chunk["timings"]
                 choices = chunk.get("choices") or [{}]
                 if (choices[0].get("delta") or {}).get("content"):
                     chunks += 1
@@ -498,6 +509,34 @@ def measure(model_path: str, args: argparse.Namespace, counts: list[int]) -> dic
     return result
 
 
+def each_model(asked: list[str] | None, measure: Callable[[str], dict]) -> dict:
+    """`measure` on each model's path: those asked for (paths or installed names), else the
+    starter model and Gemma 3 270M where bench/fetch_gemma.sh put it. Each model's figures
+    go to stderr as they come (kept if a later one fails). {"models": {file name: figures},
+    "cpu_count", "load_avg_1m": [at the start, at the end]}."""
+    if not asked and not GEMMA.is_file():
+        print(f"note: {GEMMA} is missing (bench/fetch_gemma.sh fetches it); starter model only",
+              file=sys.stderr)  # fmt: skip
+    resolver = Resolver(open_database())
+    load_start = os.getloadavg()[0]
+    models = {}
+    for name in asked or [None] + ([str(GEMMA)] if GEMMA.is_file() else []):
+        path = resolver.local_path(name)
+        models[Path(path).name] = measure(path)
+        print(json.dumps({Path(path).name: models[Path(path).name]}), file=sys.stderr)
+    return {"models": models, "cpu_count": os.cpu_count(),
+            "load_avg_1m": [load_start, os.getloadavg()[0]]}  # fmt: skip
+
+
+def add_worst(result: dict, worst_of: dict[str, Callable]) -> dict:
+    """Each key's worst value across `result`'s models at its top level (where one has it)."""
+    for key, worst in worst_of.items():
+        values = [m[key] for m in result["models"].values() if m.get(key) is not None]
+        if values:
+            result[key] = worst(values)
+    return result
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", action="append", default=None,
@@ -514,31 +553,15 @@ def main() -> int:
     counts = [int(k) for k in args.streams.split(",")]
     if max(counts) > SLOTS:
         parser.error(f"at most {SLOTS} streams")
-    resolver = Resolver(open_database())
-    names = args.model or [None] + ([str(GEMMA)] if GEMMA.is_file() else [])
     if not LLAMA_SERVER.is_file():
         print(f"note: {LLAMA_SERVER} is missing (packaging/build_llama_server.sh builds it); "
               "no llama-server figures", file=sys.stderr)  # fmt: skip
-    if not args.model and not GEMMA.is_file():
-        print(f"note: {GEMMA} is missing (bench/fetch_gemma.sh fetches it); starter model only",
-              file=sys.stderr)  # fmt: skip
-    load_start = os.getloadavg()[0]
-    models = {}
-    for name in names:
-        path = resolver.local_path(name)
-        models[Path(path).name] = measure(path, args, counts)
-        print(json.dumps({Path(path).name: models[Path(path).name]}), file=sys.stderr)  # kept
-    result = {
-        "models": models, "n_threads": args.threads, "tokens": args.tokens,
-        "tg_tokens": args.tg_tokens, "rounds": args.rounds, "cpu_count": os.cpu_count(),
-        "load_avg_1m": [load_start, os.getloadavg()[0]],
-    }  # fmt: skip
+    result = each_model(args.model, lambda path: measure(path, args, counts))
+    result |= {"n_threads": args.threads, "tokens": args.tokens, "tg_tokens": args.tg_tokens,
+               "rounds": args.rounds}  # fmt: skip
     for k in counts:  # the worst case across models, at the top level
-        worst_of = {f"agg_over_llama_server_{k}": min, f"ttft_over_llama_server_{k}": max}
-        for key, worst in worst_of.items():
-            values = [m[key] for m in models.values() if m.get(key) is not None]
-            if values:
-                result[key] = worst(values)
+        add_worst(result, {f"agg_over_llama_server_{k}": min,
+                           f"ttft_over_llama_server_{k}": max})  # fmt: skip
     print(json.dumps(result, indent=2))
     return 0
 

@@ -58,7 +58,7 @@ class Settings:
     n_threads: int = setting(
         0,
         SettingSpec("CPU threads", minimum=0, maximum=1024,
-                    special=(0, "Automatic (one per physical core)")),
+                    special=(0, "Automatic (fewer while other programs are busy)")),
     )  # fmt: skip
     n_ctx: int = setting(
         4096, SettingSpec("Default context length", minimum=256, maximum=1 << 20, suffix=" tokens")

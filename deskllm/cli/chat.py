@@ -11,6 +11,7 @@ from deskllm.engine.client import EngineClient
 from deskllm.engine.domain import Loaded, Metrics, Sampling
 from deskllm.engine.errors import EngineError, ErrorKind
 from deskllm.engine.reply import Reply
+from deskllm.engine.thread_governor import threads_text
 from deskllm.loader import LoadCheck, ModelLoader, params_from_settings
 from deskllm.remote.calibration import CALIBRATION_PROMPTS, local_scores
 from deskllm.remote.remote_model import RemoteModel
@@ -108,10 +109,12 @@ def _print_metrics(reply: Reply) -> None:
     tg = f"{m.tg_tps:.1f}" if m.tg_tps else "-"
     pp = f"{m.pp_tps:.0f}" if m.pp_tps else "-"
     ttft = f"{m.ttft_s * 1000:.0f} ms" if m.ttft_s is not None else "-"
+    threads = threads_text(m.n_threads, m.max_threads, m.threads_reason)
     print(
         f"[{m.generated_tokens} tokens, {tg} tok/s, TTFT {ttft}, prompt {m.prompt_tokens} "
         f"({m.cached_tokens} cached, {m.evaluated_tokens} evaluated at {pp} tok/s), "
-        f"context {m.n_past}/{m.n_ctx}, RAM {m.rss_bytes / 2**20:.0f} MiB, {m.device}]",
+        f"context {m.n_past}/{m.n_ctx}, RAM {m.rss_bytes / 2**20:.0f} MiB, {m.device}"
+        f"{', ' + threads if threads else ''}]",
         file=sys.stderr,
     )
     for warning in reply.done.warnings:

@@ -19,6 +19,9 @@ class LoadParams:
     model_path: str
     n_ctx: int = 0
     n_threads: int = 0  # 0: physical cores
+    # Automatic threads: n_threads is where the engine starts, and it changes the count between
+    # steps to how busy the machine is (thread_governor). Set where n_threads was 0.
+    adapt_threads: bool = False
     n_batch: int = 512
     n_gpu_layers: int = 0
     gpu_auto: bool = False  # let the planner choose n_gpu_layers for this machine
@@ -160,6 +163,11 @@ class Metrics:
     watts_prompt: float | None = None
     watts_decode: float | None = None
     energy_source: str | None = None  # "rapl" | "nvml" | "rapl+nvml" | "estimated" | None
+    # Compute threads at the last step, of how many Automatic may use (equal where fixed),
+    # and why.
+    n_threads: int = 0
+    max_threads: int = 0
+    threads_reason: str = ""
     token_logprobs: tuple[float, ...] = ()  # Sampling.logprobs: the first N sampled tokens'
 
 
@@ -209,6 +217,10 @@ class StatusReport:
     # Prompts that took a prefix another slot holds by reference, and the tokens they took.
     prefix_hits: int = 0
     prefix_tokens: int = 0
+    # Compute threads running, of how many Automatic may use, and why ("" where unloaded).
+    n_threads: int = 0
+    max_threads: int = 0
+    threads_reason: str = ""
 
 
 @dataclass(frozen=True)

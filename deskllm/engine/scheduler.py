@@ -60,6 +60,12 @@ from deskllm.engine.slots import (
     share_budget,
 )
 from deskllm.engine.stop_strings import StopMatcher
+from deskllm.engine.thread_governor import (
+    FIXED_THREADS,
+    OtherLoad,
+    ThreadChoice,
+    ThreadGovernor,
+)
 from deskllm.llamacpp import build
 
 log = logging.getLogger("deskllm.engine")
@@ -159,6 +165,24 @@ class Scheduler(LlamaModel):
         self.kv_disk_dir = Path(params.kv_disk_dir) if params.kv_disk_dir else None
         self.state_cache = self._make_state_cache()
         self.save_seconds: list[float] = []  # each slot state saved, for the figures
+        self._other_load: OtherLoad | None = None
+        self.governor = self._make_governor()
+        self._try_deadline = 0.0  # when a step trying another thread count is stopped
+        self._try_cb = L.ggml_abort_callback(
+            lambda _data: time.perf_counter() > self._try_deadline
+        )
+
+    def _make_governor(self) -> ThreadGovernor | None:
+        """Automatic threads: the measured best count to begin with, up to the physical
+        cores (or that count where it is more)."""
+        params = self.params
+        if not params.adapt_threads:
+            return None  # the user's fixed count
+        import psutil
+
+        cores = psutil.cpu_count(logical=False) or 1
+        self._other_load = OtherLoad()
+        return ThreadGovernor(params.n_threads, max(cores, params.n_threads), self._other_load)
 
     def _make_state_cache(self) -> KvStateCache | None:
         """The conversation state cache. A sequence's state in a one-stream (unified) cache
@@ -516,7 +540,7 @@ class Scheduler(LlamaModel):
         if yielding:
             L.llama_set_abort_callback(self.ctx, self._yield_cb, None)
         try:
-            rc = L.llama_decode(self.ctx, self._batch)
+            rc = self._decode(self._batch, take, own_callback=yielding)
         finally:
             if yielding:
                 L.llama_set_abort_callback(self.ctx, self._no_cb, None)
@@ -601,7 +625,7 @@ class Scheduler(LlamaModel):
         if chunks:
             L.llama_set_abort_callback(self.ctx, self._tick_cb, None)
         try:
-            rc = L.llama_decode(self.ctx, batch)
+            rc = self._decode(batch, n, own_callback=bool(chunks))
         finally:
             if chunks:
                 L.llama_set_abort_callback(self.ctx, self._no_cb, None)
@@ -624,6 +648,47 @@ class Scheduler(LlamaModel):
             self.ledger.grow(run.slot, [run.feed.pop()])
             outputs.append(self._sample(run, now))
         return outputs
+
+    def _decode(self, batch, n: int, own_callback: bool = False) -> int:
+        """llama_decode, timed for Automatic threads: the count may change before the step and
+        after it. A step that tries another count is stopped once it runs clearly slower than
+        the count it is tried against (a contended core can stall it for seconds), and runs
+        again at that count: llama.cpp drops what a stopped decode wrote. `own_callback`: the
+        caller set an abort callback of its own (no try runs in such a step)."""
+        governor = self.governor
+        if governor is None:
+            return L.llama_decode(self.ctx, batch)
+        self._set_threads(governor.before_step(n, own_callback), "the CPU figures")
+        limit = governor.try_limit()
+        if limit is not None:
+            self._try_deadline = time.perf_counter() + limit
+            L.llama_set_abort_callback(self.ctx, self._try_cb, None)
+        started = time.perf_counter()
+        try:
+            rc = L.llama_decode(self.ctx, batch)
+        finally:
+            if limit is not None:
+                L.llama_set_abort_callback(self.ctx, self._no_cb, None)
+        if rc == DECODE_ABORTED and limit is not None:
+            self._set_threads(governor.abandon(), "a try ran clearly slower")
+            started = time.perf_counter()
+            rc = L.llama_decode(self.ctx, batch)
+        if rc == 0:
+            self._set_threads(governor.observe(n, time.perf_counter() - started), "step times")
+        return rc
+
+    def _set_threads(self, n_threads: int | None, why: str) -> None:
+        if n_threads is not None:
+            L.llama_set_n_threads(self.ctx, n_threads, n_threads)
+            log.debug("threads → %d (%s; others %.2f)", n_threads, why, self.governor.others)
+
+    @property
+    def threads(self) -> ThreadChoice:
+        """The compute threads running, of how many, and why (for the readouts)."""
+        if self.governor is not None:
+            return self.governor.choice
+        n = self.params.n_threads
+        return ThreadChoice(n, n, FIXED_THREADS)
 
     def _tick(self, _data: ctypes.c_void_p) -> bool:
         self.ticks += 1
@@ -679,6 +744,8 @@ class Scheduler(LlamaModel):
         return StepOutput(run, text, reason, stop, logprob=logprob, piece=piece)
 
     def close(self) -> None:
+        if getattr(self, "_other_load", None) is not None:
+            self._other_load.close()  # its sampling thread
         for run in list(self.running.values()):
             self._release(run)
         if getattr(self, "ctx", None):

@@ -160,7 +160,14 @@ class Worker:
             kv_evictions=runtime.evictions if runtime else 0,
             prefix_hits=runtime.prefix_hits if runtime else 0,
             prefix_tokens=runtime.prefix_tokens if runtime else 0,
+            **(self.threads() if runtime else {}),
         )
+
+    def threads(self) -> dict:
+        """The readouts' thread figures (StatusReport's and Metrics' fields)."""
+        choice = self.runtime.threads
+        return {"n_threads": choice.n_threads, "max_threads": choice.max_threads,
+                "threads_reason": choice.reason}  # fmt: skip
 
     # Main loop --------------------------------------------------------------------------------
     def run(self) -> None:
@@ -483,6 +490,7 @@ class Worker:
             if energy is not None or len(run.logprobs) >= run.sampling.logprobs
             else (),
             **(energy or {}),
+            **self.threads(),
         )
 
 

@@ -1,12 +1,14 @@
 """LiveReadouts: the status bar's figures while a reply streams (the engine sends Metrics
 every 0.25 s): decode speed with a sparkline, time to first token, prompt speed, prompt tokens
-from the cache vs evaluated, context fill, engine RAM, VRAM where used, the device."""
+from the cache vs evaluated, context fill, engine RAM, VRAM where used, the device, and the CPU
+threads computing (fewer than all, and why, while Automatic finds the machine busy)."""
 
 from __future__ import annotations
 
 import dataclasses
 
 from deskllm.engine.domain import Metrics
+from deskllm.engine.thread_governor import FIXED_THREADS, threads_text
 from deskllm.gui.chat_render import energy_per_token, mib
 from deskllm.gui.qt import QHBoxLayout, QLabel, QProgressBar, QWidget
 from deskllm.gui.sparkline import Sparkline
@@ -45,6 +47,7 @@ class LiveReadouts(QWidget):
         self.vram.setToolTip("GPU memory used by the engine")
         self.device = QLabel()
         self.device.setToolTip("Where the model runs")
+        self.threads = QLabel()
         self.energy = QLabel()
         self.energy.setToolTip(
             "Energy per generated token: measured by the CPU's or GPU's counter, or \"est.\" "
@@ -53,7 +56,8 @@ class LiveReadouts(QWidget):
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         for widget in (self.speed, self.sparkline, self.ttft, self.prompt_speed, self.cache,
-                       self.context, self.ram, self.vram, self.device, self.energy):  # fmt: skip
+                       self.context, self.ram, self.vram, self.device, self.threads,
+                       self.energy):  # fmt: skip
             layout.addWidget(widget)
         self.clear()
 
@@ -70,6 +74,8 @@ class LiveReadouts(QWidget):
         self.ram.setText("RAM –")
         self.vram.hide()
         self.device.setText("")
+        self.threads.setText("")
+        self.threads.setToolTip("")
         self.energy.hide()
 
     def show_metrics(self, metrics: Metrics | dict, final: bool = False) -> None:
@@ -100,9 +106,22 @@ class LiveReadouts(QWidget):
             self.vram.setText(f"VRAM {mib(m['vram_bytes'])}")
         if m.get("device"):
             self.device.setText(m["device"])
+        if m.get("n_threads"):
+            self._show_threads(m["n_threads"], m.get("max_threads") or 0,
+                               m.get("threads_reason") or "")  # fmt: skip
         if m.get("joules_per_token") is not None:  # only a finished reply has its energy
             self.energy.setText(energy_per_token(m))
             self.energy.show()
+
+    def _show_threads(self, n: int, top: int, reason: str) -> None:
+        self.threads.setText(threads_text(n, top, reason))
+        automatic = "Automatic: the engine runs fewer threads while other programs keep cores "
+        automatic += "busy, and all of them when the cores are free"
+        self.threads.setToolTip(
+            f"CPU threads computing: {n}, a fixed count (Settings → CPU threads)"
+            if reason == FIXED_THREADS
+            else f"CPU threads computing: {n} of {top}. {automatic}. Now: {reason}."
+        )
 
     def text(self) -> str:
         """Every figure as one line (tests, accessibility)."""
@@ -111,6 +130,8 @@ class LiveReadouts(QWidget):
         if self.vram.isVisibleTo(self):
             parts.append(self.vram.text())
         parts.append(self.device.text())
+        if self.threads.text():
+            parts.append(self.threads.text())
         if self.energy.isVisibleTo(self):
             parts.append(self.energy.text())
         return " · ".join(parts)

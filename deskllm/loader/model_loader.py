@@ -189,6 +189,7 @@ class ModelLoader:
                 vulkan_devices=vulkan_devices_of(config),
                 cuda_devices=cuda_devices_of(config),
                 n_threads=config["n_threads"] if auto_threads else params.n_threads,
+                adapt_threads=params.adapt_threads or auto_threads,
                 gpu_auto=False,
             )
 

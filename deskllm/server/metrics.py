@@ -96,9 +96,9 @@ class ServerMetrics:
                         self._ttft_counts[i] += 1
 
     def render(self, waiting: int, running: int, ready: bool, restarts: int = 0,
-               engine_status: StatusReport | None = None) -> str:  # fmt: skip
-        """The Prometheus text. `engine_status`: the engine's (None: none runs)."""
-        kv = engine_status
+               kv: StatusReport | None = None) -> str:  # fmt: skip
+        """The Prometheus text. `kv`: the engine's status, whose KV pool figures it gives (None:
+        no engine runs)."""
         with self._lock:
             lines = [
                 "# HELP deskllm_requests_total HTTP requests answered, by path and status.",

@@ -28,6 +28,8 @@ def test_readouts_follow_the_reply_and_its_figures_stay_on_the_message(qtbot, wi
     assert r.context.text() == f"context {m.n_past}/2048"
     assert re.fullmatch(r"RAM [\d,]+ MiB", r.ram.text())
     assert r.device.text() == "CPU" and not r.vram.isVisibleTo(r)  # no GPU used here
+    # The window's settings fix 2 threads: the readout says so, and that it is fixed.
+    assert r.threads.text() == "threads 2/2" and "fixed count" in r.threads.toolTip()
 
     figures = window.chat.widgets[-1].figures
     assert figures.isVisible() and "120 tokens" in figures.text() and "tok/s" in figures.text()
@@ -51,3 +53,23 @@ def test_readouts_update_while_the_reply_streams(qtbot, window):
     assert window.chat.busy and "tok/s" in window.readouts.text()
     with qtbot.waitSignal(window.bridge.finished, timeout=REPLY_TIMEOUT_MS):
         window.chat.stop_button.click()
+
+
+def test_the_threads_readout_says_why_fewer_threads_run(qtbot):
+    from deskllm.engine.domain import Metrics
+    from deskllm.gui.readouts import LiveReadouts
+
+    readouts = LiveReadouts()
+    qtbot.addWidget(readouts)
+    reason = "other programs keep 1.8 of the cores busy; 3.1× faster than more"
+    readouts.show_metrics(Metrics(request_id=1, tg_tps=30.0, n_threads=1, max_threads=2,
+                                  threads_reason=reason))  # fmt: skip
+    assert readouts.threads.text() == f"threads 1/2 ({reason})"
+    assert "Automatic" in readouts.threads.toolTip() and reason in readouts.threads.toolTip()
+    assert f"threads 1/2 ({reason})" in readouts.text()
+    readouts.show_metrics(Metrics(request_id=2, tg_tps=80.0, n_threads=2, max_threads=2,
+                                  threads_reason="all cores are free"))  # fmt: skip
+    assert readouts.threads.text() == "threads 2/2"
+    assert "all cores are free" in readouts.threads.toolTip()
+    readouts.clear()
+    assert readouts.threads.text() == "" and "threads" not in readouts.text()

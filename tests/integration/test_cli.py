@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -36,6 +37,7 @@ def test_chat_prompt_streams_a_reply_and_stores_it(cli, deskllm_home):
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip()
     assert "tok/s" in r.stderr and "cached" in r.stderr and "context" in r.stderr
+    assert re.search(r"threads \d+/\d+", r.stderr)  # threads on Automatic: how many run
     store = ConversationStore(open_database(deskllm_home / "deskllm.sqlite3"))
     [conversation] = store.list()
     user, reply = store.messages(conversation.id)

@@ -317,8 +317,9 @@ def test_a_client_that_disconnects_cancels_its_reply(server, client, model):
     assert metric(server, 'deskllm_replies_total{finish_reason="cancelled"}') == cancelled + 1
 
 
-def test_health_metrics_and_openapi(server):
+def test_health_metrics_and_openapi(server, client, model):
     assert httpx2.get(server.url + "/health").json() == {"status": "ok"}
+    client.chat.completions.create(model=model, messages=ask("Hi"), **GREEDY)
     text = httpx2.get(server.url + "/metrics", headers=auth()).text
     for name in ("deskllm_requests_total", "deskllm_tokens_total", "deskllm_queue_length",
                  "deskllm_ttft_seconds_bucket", "deskllm_ttft_seconds_count"):  # fmt: skip

@@ -41,6 +41,6 @@ async def metrics(request: Request) -> PlainTextResponse:
     text = request.app.state.metrics.render(
         waiting=host.queue.waiting, running=host.queue.running,
         ready=host.state == HostState.READY, restarts=host.client.restarts,
-        engine_status=engine,
+        kv=engine,
     )  # fmt: skip
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
