@@ -262,7 +262,7 @@ class HubCatalog:
             # The same words searched with another sort or limit: sort those hits here.
             others = self.cache.with_prefix("search", prefix)
             if not others:
-                return SearchResult(query, sort, (), Answer(True, False, 0.0, reason))
+                return self._search_shipped(query, sort, limit, reason)
             entry = others[0]
             note = f"{reason}; re-sorted from an earlier search"
         cached = search_from_json(entry.payload, Answer())
@@ -274,6 +274,27 @@ class HubCatalog:
             reverse=True,
         )[:limit]
         return SearchResult(query, sort, tuple(hits), Answer(True, True, entry.fetched_at, note))
+
+    def _search_shipped(self, query: str, sort: str, limit: int, reason: str) -> SearchResult:
+        """Offline words never searched before: the models of the catalog shipped with the
+        app whose repo id has every word, rather than nothing (their files are planned from
+        that catalog, offline too)."""
+        from deskllm.catalog.curated import CuratedError, load_curated
+
+        try:
+            shipped = load_curated(cache=self.cache, endpoint=self.endpoint)
+        except CuratedError:
+            return SearchResult(query, sort, (), Answer(True, False, 0.0, reason))
+        words = query.split()
+        hits = tuple(
+            SearchHit(repo_id=m.repo_id, author=m.repo_id.split("/")[0], downloads=0, likes=0,
+                      last_modified=None, gated=False, license=m.license)  # fmt: skip
+            for m in shipped.models
+            if all(w in m.repo_id.lower() or w in m.family.lower() for w in words)
+        )[:limit]
+        if hits:
+            reason = f"{reason}; {len(hits)} from the catalog shipped with deskllm"
+        return SearchResult(query, sort, hits, Answer(True, False, 0.0, reason))
 
     # -- repo details ------------------------------------------------------------------------
     def repo(self, repo_id: str, max_age: float = 0.0) -> RepoDetails:

@@ -8,7 +8,7 @@ import sys
 from deskllm import settings as settings_mod
 from deskllm.backends import AUTO, Resolver
 from deskllm.engine.client import EngineClient
-from deskllm.engine.domain import Loaded, Metrics, Sampling
+from deskllm.engine.domain import Loaded, Metrics, PromptProgress, Sampling, TextDelta
 from deskllm.engine.errors import EngineError, ErrorKind
 from deskllm.engine.reply import Reply
 from deskllm.engine.thread_governor import threads_text
@@ -53,6 +53,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prompt", default=None, help="one message; without it, an interactive REPL")
     p.add_argument("--system", default="", help="system prompt")
     p.add_argument("--ctx", type=int, default=0, help="context length in tokens (0: default)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="CPU threads, fixed (0: settings; Automatic adapts to a busy machine)")
     p.add_argument("--kv", choices=settings_mod.choices("kv_type"), default=None,
                    help="KV cache type")  # fmt: skip
     p.add_argument("--flash-attn", action="store_true", default=None)
@@ -157,8 +159,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
             return _converse(args, store, ChatSession(remote, store), remote.label, sampling)
     model_path = resolve_model(resolver, args.model)
     params = params_from_settings(
-        settings_mod.load(), model_path,
-        n_ctx=args.ctx or None, kv_type=args.kv, flash_attn=args.flash_attn,
+        settings_mod.load(), model_path, n_ctx=args.ctx or None,
+        n_threads=args.threads or None, kv_type=args.kv, flash_attn=args.flash_attn,
     )  # fmt: skip
     with EngineClient() as client:
         loader = ModelLoader(client, db=db)
@@ -192,8 +194,8 @@ def _auto_chat(args, resolver: Resolver, store: ConversationStore, sampling) -> 
         raise SystemExit("deskllm: --uncertainty-tokens must be at least 1")
     model_path = resolve_model(resolver, args.local_model)
     params = params_from_settings(
-        settings_mod.load(), model_path,
-        n_ctx=args.ctx or None, kv_type=args.kv, flash_attn=args.flash_attn,
+        settings_mod.load(), model_path, n_ctx=args.ctx or None,
+        n_threads=args.threads or None, kv_type=args.kv, flash_attn=args.flash_attn,
     )  # fmt: skip
     target, unreachable = _routing_target(resolver, args.remote)
     with EngineClient() as client:
@@ -273,12 +275,43 @@ def _converse(
             return status
 
 
+class _PromptLine:
+    """A long prompt's progress on stderr: one line rewritten in place on a terminal, a line
+    per update with --metrics elsewhere (logs), nothing otherwise (scripts)."""
+
+    def __init__(self, metrics: bool) -> None:
+        self.live = sys.stderr.isatty()
+        self.lines = metrics and not self.live
+        self.shown = False
+
+    def show(self, progress: PromptProgress) -> None:
+        if self.live:
+            sys.stderr.write(f"\r\033[K[{progress.describe()}]")
+            sys.stderr.flush()
+            self.shown = True
+        elif self.lines:
+            print(f"[{progress.describe()}]", file=sys.stderr)
+
+    def clear(self) -> None:
+        if self.shown:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+            self.shown = False
+
+
 def _stream(reply: Reply, metrics: bool) -> int:
+    progress = _PromptLine(metrics)
     try:
-        for text in reply:
-            sys.stdout.write(text)
-            sys.stdout.flush()
+        for event in reply.events():
+            if isinstance(event, PromptProgress):
+                progress.show(event)
+            elif isinstance(event, TextDelta):
+                progress.clear()
+                sys.stdout.write(event.text)
+                sys.stdout.flush()
+        progress.clear()
     except KeyboardInterrupt:
+        progress.clear()
         reply.cancel()
         print("\n[stopped]", file=sys.stderr)
         return 0

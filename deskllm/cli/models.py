@@ -20,6 +20,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--delete-file", action="store_true", help="with --remove: delete the file")
     m.add_argument("--yes", action="store_true", help="with --remove: do not ask")
     m.set_defaults(func=cmd_models)
+    # Subcommands, as `deskllm remote`, `ollama list` or `lms ls` have them; the flags above
+    # keep working. SUPPRESS: a subcommand's flag left out must not hide the parent's.
+    actions = m.add_subparsers(dest="action", metavar="{list,import,scan,remove}")
+    listing = actions.add_parser("list", aliases=["ls"], help="installed models (the default)")
+    listing.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    adding = actions.add_parser("import", help="add .gguf files, or every model in folders")
+    adding.add_argument("paths", nargs="+", metavar="PATH")
+    actions.add_parser("scan", help="add the models of the Hugging Face cache and LM Studio"
+                       ).set_defaults(scan=True)  # fmt: skip
+    removing = actions.add_parser("remove", aliases=["rm"], help="forget an installed model")
+    removing.add_argument("name", metavar="NAME")
+    removing.add_argument("--delete-file", action="store_true", default=argparse.SUPPRESS,
+                          help="delete the file too")  # fmt: skip
+    removing.add_argument("--yes", action="store_true", default=argparse.SUPPRESS,
+                          help="do not ask")  # fmt: skip
 
 
 def cmd_models(args: argparse.Namespace) -> int:
@@ -27,7 +42,10 @@ def cmd_models(args: argparse.Namespace) -> int:
 
     library = ModelLibrary(open_database())
     library.ensure_starter()
-    results = [import_path(library, p) for p in args.import_paths]
+    if getattr(args, "name", None):  # `models remove NAME`
+        args.remove = args.name
+    paths = [*args.import_paths, *getattr(args, "paths", [])]
+    results = [import_path(library, p) for p in paths]
     if args.scan:
         results.append(import_known_folders(library))
     for result in results:

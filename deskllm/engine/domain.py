@@ -137,6 +137,41 @@ class TextDelta:
 
 
 @dataclass(frozen=True)
+class PromptProgress:
+    """How far a long prompt has been read, before its first token (as llama-server's
+    `prompt_progress`): `total` prompt tokens, `cache` of them already in the KV cache,
+    `processed` read so far (cache included), in `seconds` since the request arrived."""
+
+    request_id: int
+    total: int
+    cache: int
+    processed: int
+    seconds: float
+
+    @property
+    def fraction(self) -> float:
+        to_read = self.total - self.cache
+        return (self.processed - self.cache) / to_read if to_read > 0 else 1.0
+
+    @property
+    def eta_s(self) -> float | None:
+        """Seconds left at the speed so far (None until some tokens are read)."""
+        read = self.processed - self.cache
+        if read <= 0 or self.seconds <= 0:
+            return None
+        return (self.total - self.processed) * self.seconds / read
+
+    def describe(self) -> str:
+        """"1,531 of 3,531 prompt tokens read (43%), about 40 s left"."""
+        text = (f"{self.processed:,} of {self.total:,} prompt tokens read "
+                f"({self.fraction:.0%})")  # fmt: skip
+        eta = self.eta_s
+        if eta is not None:
+            text += f", about {eta:.0f} s left" if eta < 90 else f", about {eta / 60:.0f} min left"
+        return text
+
+
+@dataclass(frozen=True)
 class Metrics:
     """Live figures for one reply. Times in seconds, speeds in tokens/s, memory in bytes."""
 
@@ -235,5 +270,14 @@ class Exited:
 
 
 Event = (
-    LoadProgress | Loaded | TextDelta | Metrics | Done | Embeddings | Error | StatusReport | Exited
+    LoadProgress
+    | Loaded
+    | TextDelta
+    | PromptProgress
+    | Metrics
+    | Done
+    | Embeddings
+    | Error
+    | StatusReport
+    | Exited
 )

@@ -153,6 +153,14 @@ class Scheduler(LlamaModel):
         self.steps = 0  # llama_decode calls: the heartbeat's progress
         self._batch = L.llama_batch_init(self.n_batch, 0, 1)
         self.ticks = 0  # graph nodes run while reading prompts: the heartbeat's progress
+        # Prompt progress inside a step: the chunks the running step reads (by request id),
+        # the tick count it began at, and the graph nodes of the last whole chunk step (how
+        # far through a step the ticks are). `_stopping`: a reading request was cancelled,
+        # the step stops at the next node.
+        self._chunk_sizes: dict[int, int] = {}
+        self._ticks_before = 0
+        self.nodes_per_step = 0
+        self._stopping = False
         self._tick_cb = L.ggml_abort_callback(self._tick)
         self._no_cb = ctypes.cast(None, L.ggml_abort_callback)
         # Whether a request waits to be admitted (the worker's inbox): reading finished
@@ -223,6 +231,28 @@ class Scheduler(LlamaModel):
         for run in (*self.waiting, *self.running.values()):
             if run.request_id == request_id:
                 run.cancelled = True
+
+    def stop_soon(self, request_id: int) -> None:
+        """From another thread (the worker's reader): a cancel of a request that is reading
+        its prompt stops the running step at once instead of at its end (a chunk of a long
+        prompt may take seconds); Cancel itself still comes through the inbox."""
+        if request_id in self._chunk_sizes:
+            self._stopping = True
+
+    def prompt_read(self) -> list[tuple[SlotRun, int]]:
+        """Requests still reading their prompt, each with how many of its tokens are in its
+        slot (those it found cached included). Inside a step, a chunk counts by the share of
+        its graph nodes run. Safe to call from another thread (a snapshot)."""
+        sizes, before, nodes = dict(self._chunk_sizes), self._ticks_before, self.nodes_per_step
+        part = min((self.ticks - before) / nodes, 1.0) if nodes and sizes else 0.0
+        read = []
+        for run in list(self.running.values()):
+            slot = run.slot
+            if slot is None or run.first_token is not None or run.cancelled:
+                continue
+            done = len(slot.tokens) + int(sizes.get(run.request_id, 0) * part)
+            read.append((run, min(done, len(run.prompt))))
+        return read
 
     @property
     def busy(self) -> bool:
@@ -623,13 +653,27 @@ class Scheduler(LlamaModel):
         # callback between graph nodes shows the heartbeat it is still working (a Python
         # call per node: only in such steps).
         if chunks:
+            self._ticks_before = self.ticks
+            self._chunk_sizes = {run.request_id: len(chunk) for run, chunk in chunks}
+            if any(run.cancelled for run, _ in chunks):
+                return outputs  # cancelled before the step began: the next step ends it
             L.llama_set_abort_callback(self.ctx, self._tick_cb, None)
         try:
             rc = self._decode(batch, n, own_callback=bool(chunks))
         finally:
             if chunks:
                 L.llama_set_abort_callback(self.ctx, self._no_cb, None)
+                self._chunk_sizes = {}
+        stopped, self._stopping = self._stopping, False
         self.steps += 1
+        if rc == DECODE_ABORTED and stopped:
+            # A reading request was cancelled: llama.cpp dropped what the step wrote, the
+            # cancel ends it with the next step and the others run that step again.
+            for run, _, _ in planned:
+                L.llama_memory_seq_rm(self.memory, run.slot.index, len(run.slot.tokens), -1)
+            return outputs
+        if chunks:
+            self.nodes_per_step = self.ticks - self._ticks_before
         if rc != 0:
             error = EngineError(f"llama_decode failed ({rc}) with {len(runs)} streams")
             for run in runs:  # drop what this step may have written
@@ -692,7 +736,7 @@ class Scheduler(LlamaModel):
 
     def _tick(self, _data: ctypes.c_void_p) -> bool:
         self.ticks += 1
-        return False  # never abort: a cancel stops a reply between steps
+        return self._stopping  # a reading request was cancelled (stop_soon)
 
     def _add(self, n: int, token: int, pos: int, seq: int, logits: bool) -> int:
         batch = self._batch

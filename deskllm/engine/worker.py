@@ -29,6 +29,7 @@ from deskllm.engine.domain import (
     Loaded,
     LoadProgress,
     Metrics,
+    PromptProgress,
     StatusReport,
     TextDelta,
 )
@@ -61,6 +62,9 @@ METRICS_INTERVAL_S = 0.25
 # the app's process, which on a machine with few cores takes a core from llama.cpp's threads.
 # 30 ms is still faster than the GUI repaints.
 TEXT_INTERVAL_S = 0.03
+# A prompt that takes longer than this to read shows how far it is, this often (in the
+# middle of a step too: one chunk of a long prompt takes seconds on a slow machine).
+PROGRESS_INTERVAL_S = 0.5
 
 
 def _percentile(sorted_values: list[float], q: float) -> float | None:
@@ -131,6 +135,29 @@ class Worker:
                 with self.send_lock:
                     self.conn.send(Heartbeat())
 
+    def report_progress(self) -> None:
+        """PromptProgress of every request still reading its prompt, every half second once
+        it has read for that long. Under the send lock: a request's progress never follows
+        its first text (the step sets the first token before it sends)."""
+        while True:
+            time.sleep(PROGRESS_INTERVAL_S)
+            runtime = self.runtime
+            if runtime is None or not self.working:
+                continue
+            with self.send_lock:
+                now = time.perf_counter()
+                events = []
+                for run, read in runtime.prompt_read():
+                    state = self.replies.get(run.request_id)
+                    if state is None or now - state.received < PROGRESS_INTERVAL_S:
+                        continue
+                    # Seconds since it got its slot: the speed it reads at, for the ETA.
+                    events.append(PromptProgress(run.request_id, len(run.prompt), run.cached,
+                                                 read, now - run.admitted))  # fmt: skip
+                if events:
+                    self.conn.send(StepEvents(tuple(events)))
+                    self.sent += 1
+
     def read_requests(self) -> None:
         while True:
             try:
@@ -143,6 +170,8 @@ class Worker:
             else:
                 if isinstance(request, Chat | Embed):
                     self.request_waiting.set()
+                elif isinstance(request, Cancel) and self.runtime is not None:
+                    self.runtime.stop_soon(request.request_id)  # a prompt being read stops now
                 self.inbox.put(request)
 
     def status(self) -> StatusReport:
@@ -173,6 +202,8 @@ class Worker:
     def run(self) -> None:
         threading.Thread(target=self.read_requests, name="engine-reader", daemon=True).start()
         threading.Thread(target=self.heartbeat, name="engine-heartbeat", daemon=True).start()
+        threading.Thread(target=self.report_progress, name="engine-progress",
+                         daemon=True).start()  # fmt: skip
         while True:
             idle = self.runtime is None or not self.runtime.busy
             self.request_waiting.clear()  # what comes from here on sets it again

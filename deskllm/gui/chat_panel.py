@@ -103,6 +103,7 @@ class ChatPanel(QWidget):
         self.remote.refresh()  # the endpoints' model lists, in the background
         bridge.delta.connect(self._on_delta)
         bridge.notice.connect(self._on_notice)
+        bridge.prompt_progress.connect(self._on_prompt_progress)
         bridge.finished.connect(self._on_finished)
 
     # Layout ----------------------------------------------------------------------------------
@@ -388,6 +389,14 @@ class ChatPanel(QWidget):
             return
         if conversation_id == self.conversation_id and self.widgets:
             self.widgets[-1].set_text(f"*{text}*")
+
+    def _on_prompt_progress(self, conversation_id: str, progress: object) -> None:
+        """A long prompt being read: the bar in the reply's place until its first text."""
+        stream = self._stream
+        if stream is None or stream.conversation_id != conversation_id or stream.parts:
+            return
+        if conversation_id == self.conversation_id and self.widgets:
+            self.widgets[-1].show_prompt_progress(progress)
 
     def _render_stream(self) -> None:
         stream = self._stream

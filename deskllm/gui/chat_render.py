@@ -77,6 +77,9 @@ def _flush_prose(blocks: list[Block], lines: list[str]) -> None:
 def status_note(message: Message) -> str:
     """Why a reply is not complete, in plain words ("" when it is)."""
     error = message.metrics.get("error")
+    if message.status == "interrupted" and message.metrics.get("finish_reason") == "cancelled":
+        # The user's own Stop: not an accident ("Interrupted" is kept for crashes and exits).
+        return "Stopped: you stopped the reply here. Continue it or regenerate it."
     if message.status == "interrupted":
         why = f" ({error})" if error else ""
         return f"Interrupted{why}: the reply was cut off. Continue it or regenerate it."

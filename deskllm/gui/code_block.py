@@ -1,9 +1,11 @@
-"""A fenced code block in a message: monospace, not wrapped (scrolls sideways), with a Copy
-button. Its height follows its line count, so the chat's own scroll area does the scrolling."""
+"""A fenced code block in a message: monospace, highlighted by its fence's language (Pygments),
+not wrapped (scrolls sideways), with a Copy button. Its height follows its line count, so the
+chat's own scroll area does the scrolling."""
 
 from __future__ import annotations
 
 from deskllm.gui.chat_render import Block
+from deskllm.gui.code_highlight import CodeHighlighter
 from deskllm.gui.qt import (
     QApplication,
     QFontDatabase,
@@ -18,6 +20,7 @@ from deskllm.gui.qt import (
     QVBoxLayout,
     QWidget,
 )
+from deskllm.gui.theme import is_dark
 
 
 class _CodeText(QPlainTextEdit):
@@ -71,6 +74,7 @@ class CodeBlockView(QFrame):
         self.copy_button.setAutoRaise(True)
         self.copy_button.clicked.connect(self.copy)
         self.text = _CodeText()
+        self.highlighter = CodeHighlighter(self.text.document(), is_dark(QApplication.palette()))
         header = QHBoxLayout()
         header.setContentsMargins(6, 0, 0, 0)
         header.addWidget(self.language)
@@ -88,6 +92,8 @@ class CodeBlockView(QFrame):
         old = self.block.text if self.block else ""
         self.block = block
         self.language.setText(block.lang or "code")
+        self.highlighter.set_language(block.lang or "")
+        self.highlighter.set_text(block.text)
         if block.text.startswith(old) and old:
             # Streaming: append the new tail instead of re-laying-out the whole block.
             cursor = self.text.textCursor()
@@ -95,6 +101,7 @@ class CodeBlockView(QFrame):
             cursor.insertText(block.text[len(old) :])
         else:
             self.text.setPlainText(block.text)
+        self.highlighter.rehighlight()  # earlier lines too: a line may change what follows
         self.text.fit_height()
 
     def copy(self) -> None:

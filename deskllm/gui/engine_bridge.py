@@ -13,6 +13,7 @@ Signals (all emitted on the GUI thread):
     unloaded(): the model was freed.
     delta(str, str): conversation id, text as it streams.
     metrics(Metrics): live figures of the reply being written.
+    prompt_progress(str, PromptProgress): conversation id, how far a long prompt is read.
     finished(str, Reply): conversation id and the stored, finished Reply.
     notice(str, str): conversation id, what the reply waits for (Auto's calibration).
     serving(object): the EmbeddedServer now answering the API, or None once it stopped.
@@ -34,7 +35,7 @@ from pathlib import Path
 from deskllm.backends import AUTO, Resolver, routing
 from deskllm.backends.names import is_remote
 from deskllm.engine.client import EngineClient
-from deskllm.engine.domain import LoadParams, Metrics, Sampling, TextDelta
+from deskllm.engine.domain import LoadParams, Metrics, PromptProgress, Sampling, TextDelta
 from deskllm.engine.errors import EngineError
 from deskllm.engine.reply import Reply
 from deskllm.engine.slot_client import SlotClient
@@ -55,6 +56,7 @@ class EngineBridge(QObject):
     unloaded = Signal()
     delta = Signal(str, str)
     metrics = Signal(object)
+    prompt_progress = Signal(str, object)
     finished = Signal(str, object)
     notice = Signal(str, str)
     serving = Signal(object)
@@ -316,6 +318,8 @@ class EngineBridge(QObject):
                     self.tasks.post(self.delta.emit, conversation_id, event.text)
                 elif isinstance(event, Metrics):
                     self.tasks.post(self.metrics.emit, event)
+                elif isinstance(event, PromptProgress):
+                    self.tasks.post(self.prompt_progress.emit, conversation_id, event)
         except EngineError as exc:  # a remote endpoint that is gone: said as it is
             reply = reply or Reply(iter(()))
             reply.error = exc

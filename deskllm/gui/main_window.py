@@ -222,11 +222,8 @@ class MainWindow(QMainWindow):
     # State -----------------------------------------------------------------------------------
     def _restore_state(self) -> None:
         geometry = self.gui_state.value("window/geometry")
-        if geometry is not None:
-            self.restoreGeometry(geometry)
-        else:
-            line = self.fontMetrics().height()  # sized in text lines: right at any scaling
-            self.resize(70 * line, 45 * line)
+        if geometry is None or not self.restoreGeometry(geometry):
+            self._first_size()
         splitter = self.gui_state.value("window/splitter")
         if splitter is not None:
             self.splitter.restoreState(splitter)
@@ -242,6 +239,21 @@ class MainWindow(QMainWindow):
         else:
             self.sidebar.refresh(select=current)
             self._show_conversation(current)
+
+    def _first_size(self) -> None:
+        """The first start: most of the screen (3/4 of its width, 4/5 of its height), at least
+        70 × 45 text lines where the screen has room, centred; a fixed size was cramped on a
+        large screen (title cut) and too large on a small one."""
+        screen = self.screen() or QApplication.primaryScreen()
+        line = self.fontMetrics().height()  # sized in text lines: right at any scaling
+        if screen is None:
+            self.resize(70 * line, 45 * line)
+            return
+        room = screen.availableGeometry()
+        width = min(max(room.width() * 3 // 4, 70 * line), room.width())
+        height = min(max(room.height() * 4 // 5, 45 * line), room.height())
+        self.resize(width, height)
+        self.move(room.x() + (room.width() - width) // 2, room.y() + (room.height() - height) // 2)
 
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt name)
         self.gui_state.setValue("window/geometry", self.saveGeometry())

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from deskllm.engine.domain import PromptProgress
 from deskllm.gui.chat_render import (
     ROLE_TITLES,
     Block,
@@ -36,6 +37,7 @@ from deskllm.gui.qt import (
     QMessageBox,
     QObject,
     QPalette,
+    QProgressBar,
     QSizePolicy,
     Qt,
     QTextBrowser,
@@ -261,10 +263,14 @@ class MessageWidget(QFrame):
         notes.addWidget(self.ask_button, 0, Qt.AlignmentFlag.AlignRight)
         self.figures = QLabel(wordWrap=True)
         self.figures.setForegroundRole(QPalette.ColorRole.PlaceholderText)
+        # A long prompt being read: tokens read of all, and the time left, until the text.
+        self.progress = QProgressBar(self, maximum=1000, textVisible=True)
+        self.progress.hide()
 
         layout = QVBoxLayout(self)
         layout.addLayout(header)
         layout.addLayout(self.body)
+        layout.addWidget(self.progress)
         layout.addLayout(notes)
         layout.addWidget(self.figures)
 
@@ -273,6 +279,8 @@ class MessageWidget(QFrame):
         """Show a stored message (its final text, notes and figures)."""
         self.message = message
         streaming = message.status == "streaming"
+        if not streaming:
+            self.progress.hide()
         self.set_text(message.content if message.content or not streaming else "")
         notes = [route_note(message.metrics, message.model), status_note(message),
                  dropped_note(message.metrics)]  # fmt: skip
@@ -284,8 +292,19 @@ class MessageWidget(QFrame):
         self.figures.setVisible(bool(line))
         self.set_actions(False)
 
+    def show_prompt_progress(self, progress: PromptProgress) -> None:
+        """How far the prompt is read, in place of the reply until its first text."""
+        if self._text:
+            return  # the reply is being written: the prompt was read
+        self.progress.setValue(round(progress.fraction * 1000))
+        self.progress.setFormat(progress.describe())
+        self.progress.setToolTip(progress.describe())
+        self.progress.show()
+
     def set_text(self, text: str) -> None:
         """Render `text`; only the blocks that changed are touched (while streaming, the last)."""
+        if text:
+            self.progress.hide()
         if text == self._text:
             return
         self._text = text

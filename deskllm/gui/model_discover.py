@@ -270,7 +270,10 @@ class DiscoverView(QWidget):
             self._show_banner(f"Search failed: {exc}")
             return
         if result.offline:
-            if result.hits:
+            if result.hits and not result.source.from_cache:
+                self._show_banner(f"Offline — showing the catalog shipped with deskllm "
+                                  f"({result.source.reason})")  # fmt: skip
+            elif result.hits:
                 self._show_banner(f"Offline — showing cached results ({result.source.reason})")
             else:
                 self._show_banner(f"Offline — search needs the internet ({result.source.reason})")

@@ -34,6 +34,7 @@ from deskllm.engine.domain import (
     Event,
     Exited,
     Metrics,
+    PromptProgress,
     Sampling,
     TextDelta,
 )
@@ -205,6 +206,9 @@ class Router:
         decided, shown, score = k == 0, False, None
         stream = self._pull(reply)
         for event in stream:
+            if isinstance(event, PromptProgress):
+                yield event  # how far the prompt is read: shown while the router decides
+                continue
             if isinstance(event, Error | Exited) and not shown and not held_text(held):
                 reason = CONTEXT if event.kind == ErrorKind.CONTEXT else LOCAL_FAILED
                 stream.close()  # frees the local engine now: a fallback may need it

@@ -34,6 +34,7 @@ from deskllm.engine.domain import (
     Event,
     Exited,
     Metrics,
+    PromptProgress,
     Sampling,
     TextDelta,
 )
@@ -43,8 +44,9 @@ from deskllm.engine.reply import Reply
 log = logging.getLogger("deskllm.server")
 
 # Live Metrics stay here: no route reads them (Done carries the final figures), and each one
-# passed on would wake the event loop, N streams × 4 a second.
-_PASSED_ON = (TextDelta, Done, Error, Exited)
+# passed on would wake the event loop, N streams × 4 a second. Prompt progress comes only
+# while a long prompt is read, twice a second (`return_progress`).
+_PASSED_ON = (TextDelta, PromptProgress, Done, Error, Exited)
 _FINAL = (Done, Error, Exited)
 
 

@@ -83,7 +83,8 @@ def test_escape_stops_and_the_interrupted_reply_can_be_continued(qtbot, window):
     assert stopped.status == "interrupted" and stopped.content == "".join(got)
     assert stopped.metrics["finish_reason"] == "cancelled"
     widget = window.chat.widgets[-1]
-    assert widget.note.isVisible() and "Interrupted" in widget.note.text()
+    # The user's own stop says so; "Interrupted" is for crashes.
+    assert widget.note.isVisible() and widget.note.text().startswith("Stopped: you stopped")
     assert widget.continue_button.isVisible() and widget.regenerate_button.isVisible()
 
     # Continue extends the same message, in the same bubble: no "Continue" user message.

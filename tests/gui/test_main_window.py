@@ -24,6 +24,15 @@ def test_first_start_opens_a_new_conversation_ready_to_send(window, starter_mode
     assert len(models) == 1 and "SmolLM2" in models[0] and "loaded" in models[0]
 
 
+def test_the_first_window_fits_the_screen_it_opens_on(window):
+    room = window.screen().availableGeometry()
+    line = window.fontMetrics().height()
+    # Most of the screen, at least 70 × 45 lines where there is room, never past the screen.
+    assert window.width() == min(max(room.width() * 3 // 4, 70 * line), room.width())
+    assert window.height() == min(max(room.height() * 4 // 5, 45 * line), room.height())
+    assert room.contains(window.geometry().center())
+
+
 def test_the_models_hint_points_to_the_panel_and_stays_dismissed(qtbot, window, gui_state):
     assert window.hint.isVisible() and "Models" in window.hint.label.text()
     window.hint.label.linkActivated.emit("models")

@@ -237,6 +237,10 @@ def test_offline_banner_and_installed_models_still_load(qtbot, hub, window, monk
     assert panel.discover.banner.isVisible()
     assert panel.discover.banner.text().startswith("Offline — showing cached results")
     assert panel.discover.results.rowCount() > 0
+    search(qtbot, panel, "gemma")  # never searched: the catalog shipped with the app
+    assert panel.discover.banner.text().startswith("Offline — showing the catalog shipped")
+    shown = [panel.discover.result_repo(r) for r in range(panel.discover.results.rowCount())]
+    assert shown and all("gemma" in repo.lower() for repo in shown)
     search(qtbot, panel, "never searched")
     assert panel.discover.banner.text().startswith("Offline — search needs the internet")
 

@@ -191,7 +191,12 @@ def test_offline_mode_answers_from_the_cache(catalog, hub, monkeypatch):
     assert header.check.status == "match"
     assert len(hub.requests) == asked  # nothing went to the network
 
-    nothing = catalog.search("llama")
+    # Words never searched: the catalog shipped with the app answers, where it has a match.
+    shipped = catalog.search("llama instruct")
+    assert shipped.offline and not shipped.source.from_cache and shipped.hits
+    assert all("llama" in h.repo_id.lower() for h in shipped.hits)
+    assert "catalog shipped with deskllm" in shipped.source.reason
+    nothing = catalog.search("no-such-model-family")
     assert nothing.offline and nothing.hits == ()
     with pytest.raises(HubOffline, match="not been looked at"):
         catalog.repo(SPLIT_REPO)

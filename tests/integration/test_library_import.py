@@ -71,15 +71,21 @@ def test_other_tools_folders_are_found_when_present(tmp_path, monkeypatch, start
     assert not result.skipped
 
 
-def test_cli_import_list_and_remove_with_confirmation(tmp_path, starter_model, deskllm_home):
-    copy = tmp_path / "copy.gguf"
-    shutil.copy(starter_model, copy)
-    env = os.environ | {"DESKLLM_HOME": str(deskllm_home)}
+def models_cli(home: Path):
+    """`deskllm models ARGS` in `home`, with `stdin` typed in."""
+    env = os.environ | {"DESKLLM_HOME": str(home)}
 
     def cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "deskllm", "models", *args], env=env,
                               input=stdin, capture_output=True, text=True, timeout=120)
 
+    return cli
+
+
+def test_cli_import_list_and_remove_with_confirmation(tmp_path, starter_model, deskllm_home):
+    copy = tmp_path / "copy.gguf"
+    shutil.copy(starter_model, copy)
+    cli = models_cli(deskllm_home)
     r = cli("--import", str(copy))
     assert r.returncode == 0 and "added" in r.stderr and str(copy) in r.stderr
     listing = cli().stdout
@@ -95,6 +101,23 @@ def test_cli_import_list_and_remove_with_confirmation(tmp_path, starter_model, d
     cli("--import", str(other))
     other.unlink()
     assert "file missing" in cli().stdout
+
+
+def test_cli_subcommands_do_what_the_flags_do(tmp_path, starter_model, deskllm_home):
+    copy = tmp_path / "sub.gguf"
+    shutil.copy(starter_model, copy)
+    cli = models_cli(deskllm_home)
+    added = cli("import", str(copy))
+    assert added.returncode == 0 and "added" in added.stderr and str(copy) in added.stderr
+    listed = json.loads(cli("list", "--json").stdout)
+    assert str(copy) in [m["path"] for m in listed]
+    assert cli("ls").stdout == cli().stdout
+    refused = cli("remove", str(copy), "--delete-file", stdin="n\n")
+    assert refused.returncode == 1 and copy.exists()
+    done = cli("rm", str(copy), "--delete-file", "--yes")
+    assert done.returncode == 0 and not copy.exists() and "removed" in done.stderr
+    assert str(copy) not in cli("list").stdout
+    assert cli("scan").returncode == 0
 
 
 # Hostile folders: link loops, FIFOs, devices, unreadable folders, very many files ---------------

@@ -29,3 +29,16 @@ def test_streaming_changes_only_the_last_block():
     after = split_blocks(reply + " and grows")
     assert before[:-1] == after[:-1] and before[-1] != after[-1]
     assert split_blocks("```python\nprint(1)")[-1] == Block("code", "print(1)", "python")
+
+
+def test_a_reply_the_user_stopped_says_stopped_and_a_crash_says_interrupted():
+    from deskllm.gui.chat_render import status_note
+    from deskllm.store.conversations import Message
+
+    stopped = Message(1, "c", "assistant", "Once", "interrupted",
+                      metrics={"finish_reason": "cancelled"})  # fmt: skip
+    assert status_note(stopped).startswith("Stopped: you stopped the reply here.")
+    crashed = Message(2, "c", "assistant", "Once", "interrupted",
+                      metrics={"error": "the engine was killed (SIGKILL)"})  # fmt: skip
+    assert status_note(crashed).startswith("Interrupted (the engine was killed (SIGKILL))")
+    assert status_note(Message(3, "c", "assistant", "Done.", "complete")) == ""

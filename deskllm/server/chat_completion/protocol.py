@@ -116,6 +116,8 @@ class ChatCompletionRequest(BaseModel):
     # Extensions that llama-server and vLLM accept too.
     repeat_penalty: float | None = Field(default=None, ge=0.0)
     ignore_eos: bool = False
+    # llama-server's: while a long prompt is read, stream chunks carrying `prompt_progress`.
+    return_progress: bool = False
 
 
 class Usage(BaseModel):
@@ -135,6 +137,16 @@ class Timings(BaseModel):
     predicted_n: int
     predicted_ms: float
     predicted_per_second: float | None
+
+
+class PromptProgressBody(BaseModel):
+    """llama-server's `prompt_progress`: prompt tokens in all, found in the cache, read so
+    far (the cached ones included), and milliseconds since reading began."""
+
+    total: int
+    cache: int
+    processed: int
+    time_ms: float
 
 
 class TopLogprob(BaseModel):
@@ -212,3 +224,4 @@ class ChatCompletionChunk(BaseModel):
     choices: list[ChunkChoice]
     usage: Usage | None = None
     timings: Timings | None = None
+    prompt_progress: PromptProgressBody | None = None

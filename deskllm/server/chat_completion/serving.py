@@ -12,7 +12,16 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from deskllm.engine.backend import ChatBackend
-from deskllm.engine.domain import ChatMessage, Done, Error, Exited, Metrics, Sampling, TextDelta
+from deskllm.engine.domain import (
+    ChatMessage,
+    Done,
+    Error,
+    Exited,
+    Metrics,
+    PromptProgress,
+    Sampling,
+    TextDelta,
+)
 from deskllm.server import errors
 from deskllm.server.chat_completion.protocol import (
     AssistantMessage,
@@ -25,6 +34,7 @@ from deskllm.server.chat_completion.protocol import (
     Delta,
     DeltaToolCall,
     FunctionCall,
+    PromptProgressBody,
     Timings,
     ToolCall,
     Usage,
@@ -218,7 +228,9 @@ class ChatCompletionServing:
         self, req: ChatCompletionRequest, job: Job, plan: ToolPlan
     ) -> AsyncIterator[str]:
         """Server-sent events: a role chunk, text chunks, the finish chunk, a usage chunk if
-        asked, then `data: [DONE]`. Closing the generator (client gone) cancels the reply.
+        asked, then `data: [DONE]`. With `return_progress`, while a long prompt is read,
+        chunks with an empty delta and `prompt_progress` (llama-server's). Closing the
+        generator (client gone) cancels the reply.
         With tools, text from where a call may begin is held back; calls come whole, in one
         chunk, before the finish chunk."""
         chunk_id, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
@@ -243,6 +255,9 @@ class ChatCompletionServing:
                     logprobs = chat_logprobs(event.logprobs) if req.logprobs else None
                     if text or logprobs is not None:
                         yield chunk(Delta(content=text or None), logprobs=logprobs)
+                elif isinstance(event, PromptProgress):
+                    if req.return_progress:
+                        yield progress_chunk(chunk_id, created, model, event)
                 elif isinstance(event, Done):
                     finished = True
                     finish = _FINISH.get(event.finish_reason, "stop")
@@ -276,6 +291,18 @@ class ChatCompletionServing:
             if not finished:
                 with contextlib.suppress(Exception):
                     self.host.queue.cancel(job)
+
+
+def progress_chunk(chunk_id: str, created: int, model: str, event: PromptProgress) -> str:
+    body = ChatCompletionChunk(
+        id=chunk_id, created=created, model=model,
+        choices=[ChunkChoice(delta=Delta(role="assistant"))],
+        prompt_progress=PromptProgressBody(
+            total=event.total, cache=event.cache, processed=event.processed,
+            time_ms=round(event.seconds * 1000, 1),
+        ),
+    )  # fmt: skip
+    return sse(body.model_dump(exclude_none=True))
 
 
 def _calls(parsed: ParsedReply) -> list[ToolCall]:
