@@ -3,12 +3,29 @@
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterable
+from pathlib import Path
 
 from deskllm.engine.domain import Done, Error, Event, Exited, Metrics, TextDelta
 from deskllm.engine.reply import Reply
+from deskllm.gguf.header import read_header
+
+BROKEN_TEMPLATE = "{% for m in messages %}{{ m.content }"  # a syntax error
+
+
+def with_template(src: Path, dst: Path, template: str) -> Path:
+    """A copy of the model whose tokenizer.chat_template is `template` (gguf's own tool)."""
+    subprocess.run(
+        [sys.executable, "-m", "gguf.scripts.gguf_new_metadata", str(src), str(dst),
+         "--chat-template", template, "--force"],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    assert read_header(dst).chat_template == template
+    return dst
 
 
 @dataclasses.dataclass

@@ -96,6 +96,15 @@ def _print_load(check: LoadCheck | None, loaded: Loaded) -> None:
     )
 
 
+def _print_template_note(loaded: Loaded) -> None:
+    """A refused or missing chat template, always: the model chats in ChatML then, which it
+    may not have been trained on."""
+    if loaded.chat_template_source == "fallback":
+        for warning in loaded.warnings:
+            print(f"[note: {warning}; replies may be worse than with the model's own template]",
+                  file=sys.stderr)  # fmt: skip
+
+
 def _print_metrics(reply: Reply) -> None:
     m = reply.metrics
     if reply.done is None or m is None:
@@ -169,6 +178,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         except EngineError as exc:
             print(f"deskllm: {exc}", file=sys.stderr)
             return 1
+        _print_template_note(loaded)
         if args.metrics:
             _print_load(loader.last_check, loaded)
         return _converse(args, store, ChatSession(client, store), model_path, sampling)
@@ -209,6 +219,7 @@ def _auto_chat(args, resolver: Resolver, store: ConversationStore, sampling) -> 
             print(f"[router: the local model did not load ({exc.reason}); replies go to "
                   f"{target.label}]", file=sys.stderr)  # fmt: skip
         else:
+            _print_template_note(loaded)
             if args.metrics:
                 _print_load(loader.last_check, loaded)
         threshold = args.escalate_below

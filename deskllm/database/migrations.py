@@ -220,3 +220,24 @@ def m009_bench_suites(db: Database) -> None:
     db["bench_suites"].create_index(
         ["machine", "engine_build", "model_name", "model_size"], unique=True
     )
+
+
+@migration
+def m010_message_tree(db: Database) -> None:
+    # Reply versions and branches (deskllm.store.conversations): each message names the one it
+    # follows, and each conversation the last message of the branch it shows. Regenerating a
+    # reply adds a sibling of it; editing a message, a sibling of that message. Chats from
+    # before are one branch: each message follows the one before it.
+    db["messages"].add_column("parent_id", int)
+    db["conversations"].add_column("leaf_id", int)
+    db.execute(
+        """update messages set parent_id = (
+               select max(before.id) from messages before
+               where before.conversation_id = messages.conversation_id
+                 and before.id < messages.id)"""
+    )
+    db.execute(
+        """update conversations set leaf_id = (
+               select max(id) from messages where conversation_id = conversations.id)"""
+    )
+    db["messages"].create_index(["conversation_id", "parent_id"])

@@ -140,7 +140,7 @@ class TextDelta:
 class PromptProgress:
     """How far a long prompt has been read, before its first token (as llama-server's
     `prompt_progress`): `total` prompt tokens, `cache` of them already in the KV cache,
-    `processed` read so far (cache included), in `seconds` since the request arrived."""
+    `processed` read so far (cache included), in `seconds` since it got its slot."""
 
     request_id: int
     total: int

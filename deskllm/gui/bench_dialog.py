@@ -127,6 +127,23 @@ class BenchSuiteDialog(QDialog):
         layout.addWidget(self.chosen)
         layout.addLayout(buttons)
 
+    def fit_columns(self) -> None:
+        """Widen the dialog until every column shows (the last ones were cut off), up to the
+        screen's width."""
+        table = self.table
+        table.resizeColumnsToContents()
+        need = table.horizontalHeader().length() + table.verticalHeader().sizeHint().width()
+        need += 2 * table.frameWidth() + table.verticalScrollBar().sizeHint().width()
+        extra = need - table.width()
+        screen = self.screen()
+        if extra > 0:
+            limit = screen.availableGeometry().width() if screen is not None else self.width()
+            self.resize(min(self.width() + extra, limit), self.height())
+
+    def showEvent(self, event) -> None:  # noqa: N802 (Qt name)
+        super().showEvent(event)
+        self.fit_columns()
+
     @property
     def running(self) -> bool:
         return self.suite is not None
@@ -224,6 +241,7 @@ class BenchSuiteDialog(QDialog):
                      c.get("abandoned") or c.get("error") or c["status"])  # fmt: skip
             for column, text in enumerate(cells):
                 self.table.setItem(row, column, QTableWidgetItem(text))
+        self.fit_columns()
         self.bars.set_result(result)
         self.depth_chart.set_result(result)
         chosen = result["chosen"]

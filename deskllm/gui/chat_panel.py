@@ -10,7 +10,8 @@ while an endpoint allows routing, and shows a banner when the endpoint cannot an
 Signals:
     stream_started(str): a reply was requested for this conversation id.
     turn_finished(str, Reply): the reply ended (finished, stopped or failed) and is stored.
-    conversation_changed(str): title, model or settings of this conversation changed.
+    conversation_changed(str): title, model, settings or the branch shown of this conversation
+        changed.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from deskllm.gui.qt import (
     QHBoxLayout,
     QKeySequence,
     QLabel,
+    QMessageBox,
     QPalette,
     QPushButton,
     QScrollArea,
@@ -49,6 +51,7 @@ from deskllm.store import Conversation, ConversationStore, Message, ModelLibrary
 
 REPAINT_INTERVAL_MS = 33  # ~30 repaints a second at most, whatever the token rate
 NEW_TITLE = "New chat"
+ROLE_WORDS = {"user": "message", "assistant": "reply"}
 
 
 @dataclass
@@ -217,8 +220,14 @@ class ChatPanel(QWidget):
         model = Path(conversation.model).name if conversation.model else "no model chosen"
         if is_remote(conversation.model):
             model = AUTO_TITLE if conversation.model == AUTO else conversation.model
-        prompt = " · system prompt set" if conversation.system_prompt else ""
-        self.details.setText(f"{model}{prompt}")
+        loaded = self.model_button.current
+        # The model button names the loaded model already: the header names the chat's own
+        # only where it is another one (it was named twice).
+        same = (not is_remote(conversation.model) and bool(conversation.model and loaded)
+                and Path(conversation.model).resolve() == Path(loaded).resolve())  # fmt: skip
+        parts = ([] if same else [model]) + (["system prompt set"] if conversation.system_prompt
+                                              else [])  # fmt: skip
+        self.details.setText(" · ".join(parts))
 
     def set_model_ready(self, ready: bool) -> None:
         self.model_ready = ready
@@ -293,7 +302,8 @@ class ChatPanel(QWidget):
             return
         self.input.clear()
         if self._editing is not None:
-            self.store.delete_messages_from(self.conversation_id, self._editing.id)
+            # The edited message is a new version beside the old one: a branch.
+            self.store.branch_before(self._editing.id)
             self.cancel_edit()
             self._sync()
         self._send_text(text)
@@ -313,7 +323,7 @@ class ChatPanel(QWidget):
         if not messages:
             return
         if messages[-1].role == "assistant":
-            self.store.delete_messages_from(self.conversation_id, messages[-1].id)
+            self.store.branch_before(messages[-1].id)  # the old reply stays, a version away
             self._sync()
         cid = self.conversation_id
         self._start(lambda: self.bridge.regenerate(cid))
@@ -325,7 +335,7 @@ class ChatPanel(QWidget):
         messages = self.store.messages(self.conversation_id)
         if not messages or messages[-1].role != "assistant":
             return
-        self.store.delete_messages_from(self.conversation_id, messages[-1].id)
+        self.store.branch_before(messages[-1].id)
         self._sync()
         cid = self.conversation_id
         self._start(lambda: self.bridge.regenerate(cid, ask=target))
@@ -340,6 +350,33 @@ class ChatPanel(QWidget):
             return
         cid = self.conversation_id
         self._start(lambda: self.bridge.continue_reply(cid), continued=message)
+
+    def show_version(self, message: Message, step: int) -> None:
+        """The version before (-1) or after (+1) `message`, and the branch that follows it."""
+        if self.busy or message.id < 0:
+            return
+        ids = self.store.versions(self.conversation_id).get(message.id, [message.id])
+        i = ids.index(message.id) + step
+        if 0 <= i < len(ids):
+            self.store.show_version(ids[i])
+            self._sync()
+            self.conversation_changed.emit(self.conversation_id)
+
+    def delete_message(self, message: Message) -> None:
+        """Delete a message and what follows it, once the user agrees."""
+        if self.busy or message.id < 0:
+            return
+        follows = " and everything after it" if message.id != self.widgets[-1].message.id else ""
+        answer = QMessageBox.question(
+            self, "Delete message",
+            f"Delete this {ROLE_WORDS.get(message.role, 'message')}{follows}? Other versions "
+            "stay.",
+        )  # fmt: skip
+        if answer != QMessageBox.StandardButton.Yes:
+            return
+        self.store.delete_message(message.id)
+        self._sync()
+        self.conversation_changed.emit(self.conversation_id)
 
     def edit_message(self, message: Message) -> None:
         if self.busy:
@@ -449,6 +486,10 @@ class ChatPanel(QWidget):
                 widget.set_message(message)
         for message in messages[keep:]:
             self._add_widget(message)
+        versions = self.store.versions(self.conversation_id)
+        for widget in self.widgets:
+            ids = versions.get(widget.message.id, [widget.message.id])
+            widget.set_versions(ids.index(widget.message.id) + 1, len(ids))
         stream = self._stream
         if stream is not None and stream.conversation_id == self.conversation_id:
             last = self.widgets[-1].message if self.widgets else None
@@ -472,6 +513,8 @@ class ChatPanel(QWidget):
             message, self.messages_layout.parentWidget(), lambda url: self.open_url(url)
         )
         widget.edit_requested.connect(self.edit_message)
+        widget.delete_requested.connect(self.delete_message)
+        widget.version_requested.connect(self.show_version)
         widget.continue_requested.connect(self.continue_reply)
         widget.regenerate_requested.connect(self.regenerate)
         widget.ask_requested.connect(self.ask_remote)

@@ -154,8 +154,15 @@ class CuratedList(QWidget):
         self.table.item(r, 0).setData(_REPO, row.model.repo_id)
         button = QPushButton("Download recommended")
         button.setEnabled(chosen.plan.fit != "too_big" and chosen.quant not in have)
+        floor = self.plan.usable_tps if self.plan is not None else 0.0
         if chosen.quant in have:
             button.setText("Installed")
+        elif tps is not None and tps < floor:
+            # The rule behind the recommendation: below the usable speed it is not one.
+            button.setText(f"Slow here: ~{tps:.1f} tok/s")
+            button.setToolTip(f"Expected ~{tps:.1f} tokens/s on this machine, below the "
+                              f"{floor:g} tokens/s the app counts as usable (Settings); "
+                              "download it anyway with this button")  # fmt: skip
         repo_id, file = row.model.repo_id, chosen.file
         button.clicked.connect(lambda: self.download_requested.emit(repo_id, file))
         self.table.setCellWidget(r, len(cells), button)

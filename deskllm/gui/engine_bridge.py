@@ -208,9 +208,12 @@ class EngineBridge(QObject):
         self.tasks.post(self.serving.emit, server)
 
     def _model_id(self, model_path: str) -> str:
-        """What the API calls the model: its name in the library, as `deskllm serve` does."""
+        """What the API calls the model: its name in the library as an id, as `deskllm serve`
+        does."""
+        from deskllm.server.installed import api_id
+
         installed = ModelLibrary(self._db).find(model_path)
-        return installed.name if installed else Path(model_path).stem
+        return api_id(installed.name if installed else Path(model_path).stem)
 
     def _reload(self, params: LoadParams) -> None:
         try:

@@ -26,6 +26,7 @@ from deskllm.gui.models_panel import ModelsPanel
 from deskllm.gui.qt import (
     QAction,
     QApplication,
+    QFrame,
     QKeySequence,
     QLabel,
     QMainWindow,
@@ -79,6 +80,7 @@ class MainWindow(QMainWindow):
         self.bridge = bridge
         self.model_path = model_path  # the model the next load uses
         self.gui_state = gui_state
+        self._engine_message: str | None = None  # a failure shown in the status bar
         self.live_settings = LiveSettings(settings or Settings(), self)
         self.load_overrides = dict(load_overrides or {})
         self.library = library or ModelLibrary(store.db)
@@ -113,6 +115,12 @@ class MainWindow(QMainWindow):
         self.hint = HintBanner(MODELS_HINT, "hints/models_panel_dismissed", self.gui_state)
         self.first_run = FirstRunCard(self.gui_state)
         self.chat.add_notice(self.first_run)
+        # A model whose chat template was refused chats in ChatML: said above the chat, not
+        # in a tooltip, while that model is loaded.
+        self.template_note = QLabel(wordWrap=True)
+        self.template_note.setFrameShape(QFrame.Shape.StyledPanel)
+        self.template_note.hide()
+        self.chat.add_notice(self.template_note)
         right = QWidget()
         right_layout = QVBoxLayout(right)
         right_layout.setContentsMargins(0, 6, 6, 0)
@@ -339,14 +347,38 @@ class MainWindow(QMainWindow):
         devices = ", ".join(loaded.devices)
         self.model_label.setText(f"{name} · context {loaded.conversation_ctx} · {devices}")
         self.model_label.setToolTip("\n".join((loaded.model_path, *loaded.warnings)))
+        self._show_template_note(loaded)
+        self._clear_engine_message()  # a restarted engine: the old failure is resolved
         self.models.set_loaded(loaded.model_path)
         self.chat.model_button.set_current(loaded.model_path)
+        self.chat.update_header()
         self._update_model_button()
         self.chat.set_model_ready(True)
         if self._is_starter(loaded.model_path) and not self.store.has_messages():
             # A first run: what this machine can run, at the context the settings give.
             n_ctx = self.settings.n_ctx or DEFAULT_CTX_CAP
             self.first_run.offer(n_ctx, self.settings.usable_tps)
+
+    def _show_template_note(self, loaded: Loaded) -> None:
+        fallback = loaded.chat_template_source == "fallback"
+        if fallback:
+            why = next((w for w in loaded.warnings if "ChatML" in w),
+                       "its chat template was not used")  # fmt: skip
+            self.template_note.setText(
+                f"⚠ {Path(loaded.model_path).name}: {why}. Replies may be worse than the model "
+                "can give with its own template.")  # fmt: skip
+        self.template_note.setVisible(fallback)
+
+    def _show_engine_message(self, text: str, timeout_ms: int) -> None:
+        self._engine_message = text
+        self.statusBar().showMessage(text, timeout_ms)
+
+    def _clear_engine_message(self) -> None:
+        """A failed reply's or engine's message goes once the engine works again (it stayed
+        over the next reply's readouts)."""
+        if self._engine_message and self.statusBar().currentMessage() == self._engine_message:
+            self.statusBar().clearMessage()
+        self._engine_message = None
 
     def _is_starter(self, path: str) -> bool:
         return any(m.source == "starter" and _same_file(m.path, path) for m in self.library.list())
@@ -358,6 +390,7 @@ class MainWindow(QMainWindow):
 
     def _model_failed(self, message: str) -> None:
         self.loaded_path = None
+        self.template_note.hide()
         self.load_bar.hide()
         self.model_label.setText(f"No model loaded: {message}")
         self.model_label.setToolTip(message)
@@ -368,6 +401,8 @@ class MainWindow(QMainWindow):
 
     def _model_unloaded(self) -> None:
         self.loaded_path = None
+        self.template_note.hide()
+        self.readouts.clear()  # nothing loaded: no figures of it
         self.model_label.setText("No model loaded; load one in the Models panel")
         self.models.set_loaded(None, "Unloaded; the memory is free again")
         self.chat.model_button.set_current(None)
@@ -418,6 +453,7 @@ class MainWindow(QMainWindow):
         self.models.set_streaming(True)
         self._update_model_button()
         self.readouts.clear()
+        self._clear_engine_message()
 
     def _turn_finished(self, conversation_id: str, reply: Reply) -> None:
         self.sidebar.set_busy(None)
@@ -435,17 +471,17 @@ class MainWindow(QMainWindow):
                 if crashes >= CRASH_LIMIT
                 else "the next message starts a fresh engine."
             )
-            self.statusBar().showMessage(
+            self._show_engine_message(
                 f"The engine stopped: {error.reason}. The reply so far is saved; {then}", 60000
             )
         elif error is not None and error.kind == ErrorKind.CRASH_LOOP:
-            self.statusBar().showMessage(
+            self._show_engine_message(
                 f"{error.reason} The engine is not started again by itself: Engine → Restart "
                 "engine (Ctrl+Shift+R) tries again.",
                 60000,
             )
         elif error is not None:
-            self.statusBar().showMessage(f"The reply failed: {error.reason}", 30000)
+            self._show_engine_message(f"The reply failed: {error.reason}", 30000)
 
     # Settings --------------------------------------------------------------------------------
     def open_settings(self) -> None:

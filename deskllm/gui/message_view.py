@@ -203,6 +203,9 @@ class MessageWidget(QFrame):
     """
 
     edit_requested = Signal(object)
+    delete_requested = Signal(object)
+    # The message and a step: -1 the version before it, +1 the one after.
+    version_requested = Signal(object, int)
     continue_requested = Signal()
     regenerate_requested = Signal()
     ask_requested = Signal(str)
@@ -217,6 +220,8 @@ class MessageWidget(QFrame):
         self.message = message
         self.open_url = open_url
         self.revision = 0
+        self._busy = False
+        self._version = (1, 1)
         self.ask_target: str | None = None  # NAME/MODEL the Ask button sends to
         self.can_continue = True  # False in a chat on a remote model: it cannot go on in place
         self._text: str | None = None
@@ -238,11 +243,24 @@ class MessageWidget(QFrame):
         self.edit_button.clicked.connect(lambda: self.edit_requested.emit(self.message))
         self.copy_button = _tool_button("Copy", "Copy the whole message", self)
         self.copy_button.clicked.connect(self.copy)
+        self.delete_button = _tool_button("Delete", "Delete this message and what follows it",
+                                          self)  # fmt: skip
+        self.delete_button.clicked.connect(lambda: self.delete_requested.emit(self.message))
+        # ‹ 2/3 ›: a regenerated reply's or an edited message's versions.
+        self.previous_version = _tool_button("‹", "The previous version", self)
+        self.previous_version.clicked.connect(lambda: self.version_requested.emit(self.message, -1))
+        self.version_label = QLabel(self)
+        self.next_version = _tool_button("›", "The next version", self)
+        self.next_version.clicked.connect(lambda: self.version_requested.emit(self.message, 1))
         header = QHBoxLayout()
         header.addWidget(self.title)
         header.addStretch(1)
+        for widget in (self.previous_version, self.version_label, self.next_version):
+            header.addWidget(widget)
         header.addWidget(self.edit_button)
         header.addWidget(self.copy_button)
+        header.addWidget(self.delete_button)
+        self.set_versions(1, 1)
 
         self.body = QVBoxLayout()
         self.body.setSpacing(6)
@@ -291,6 +309,7 @@ class MessageWidget(QFrame):
         self.figures.setToolTip(metrics_details(message.metrics) if line else "")
         self.figures.setVisible(bool(line))
         self.set_actions(False)
+        self._enable_branch_actions()
 
     def show_prompt_progress(self, progress: PromptProgress) -> None:
         """How far the prompt is read, in place of the reply until its first text."""
@@ -350,8 +369,27 @@ class MessageWidget(QFrame):
             self.ask_button.setToolTip(f"Write this reply anew on {self.ask_target}: the "
                                        "conversation is sent to that endpoint")  # fmt: skip
 
+    def set_versions(self, number: int, count: int) -> None:
+        """Show ‹ number/count › where the message has other versions."""
+        self._version = (number, count)
+        for widget in (self.previous_version, self.version_label, self.next_version):
+            widget.setVisible(count > 1)
+        self.version_label.setText(f"{number}/{count}")
+        self._enable_branch_actions()
+
     def set_busy(self, busy: bool) -> None:
+        self._busy = busy
         self.edit_button.setEnabled(not busy)
+        self._enable_branch_actions()
+
+    def _enable_branch_actions(self) -> None:
+        # The branch shown never changes under a reply being written; a message not stored
+        # yet (id -1) has nothing to delete.
+        number, count = self._version
+        self.previous_version.setEnabled(not self._busy and number > 1)
+        self.next_version.setEnabled(not self._busy and number < count)
+        self.delete_button.setEnabled(not self._busy)
+        self.delete_button.setVisible(self.message.id >= 0)
 
     def plain_text(self) -> str:
         """What the widget shows, as text (titles, body, notes)."""

@@ -18,6 +18,7 @@ from deskllm.gui.qt import (
     QCheckBox,
     QComboBox,
     QDialog,
+    QDialogButtonBox,
     QFormLayout,
     QHBoxLayout,
     QHeaderView,
@@ -86,6 +87,13 @@ class ServerPanel(QDialog):
         self.key.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.copy_key = QPushButton("Copy &key")
         self.copy_key.clicked.connect(lambda: self._copy(self._key or ""))
+        for button in (self.copy_address, self.copy_key):
+            button.setEnabled(False)  # nothing to copy until it serves
+        # Closing the panel leaves the server running (the status bar shows it).
+        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+        self.buttons.rejected.connect(self.reject)
+        self.buttons.button(QDialogButtonBox.StandardButton.Close).setToolTip(
+            "Close this panel; a running server keeps serving")
         self.load = QLabel("")
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(COLUMNS)
@@ -118,6 +126,7 @@ class ServerPanel(QDialog):
         layout.addWidget(self.table, 2)
         layout.addWidget(QLabel("Log"))
         layout.addWidget(self.log, 1)
+        layout.addWidget(self.buttons)
         self._key: str | None = None
         self._host_changed()
         line = self.fontMetrics().height()
@@ -176,6 +185,8 @@ class ServerPanel(QDialog):
         self.start_button.setText("&Stop server" if running else "&Start server")
         for widget in (self.host, self.port, self.slots, self.require_key):
             widget.setEnabled(not running)
+        self.copy_address.setEnabled(running)
+        self.copy_key.setEnabled(running and server.config.api_key is not None)
         if not running:
             self._host_changed()
             self.timer.stop()
@@ -187,7 +198,6 @@ class ServerPanel(QDialog):
         self._key = server.config.api_key
         self.address.setText(server.url)
         self.key.setText(self._key or "none (only this computer can connect)")
-        self.copy_key.setEnabled(self._key is not None)
         self.status.setText(f"Serving {server.host.model_id} with {server.slots} slots. "
                             "Clients use the address as their OpenAI base URL.")  # fmt: skip
         self.timer.start()

@@ -15,9 +15,19 @@ def apply_theme(app: QApplication, theme: str) -> None:
     hints = app.styleHints()
     hints.setColorScheme(wanted)  # Unknown: follow the system again
     if theme not in _SCHEMES or hints.colorScheme() == wanted:
-        app.setPalette(QPalette())  # the platform's own palette (drops a fallback one)
+        app.setPalette(readable_links(QPalette()))  # the platform's own (drops a fallback)
         return
     app.setPalette(fallback_palette(dark=theme == "dark"))
+
+
+def readable_links(palette: QPalette) -> QPalette:
+    """Links light enough to read on a dark window: some platforms' dark palettes keep the
+    light theme's dark blue (a banner's link was dark blue on dark grey)."""
+    R = QPalette.ColorRole
+    if is_dark(palette) and palette.color(R.Link).lightness() < 150:
+        palette.setColor(R.Link, QColor(0x6C, 0xB4, 0xFF))
+        palette.setColor(R.LinkVisited, QColor(0xB4, 0x9C, 0xFF))
+    return palette
 
 
 def is_dark(palette: QPalette) -> bool:

@@ -4,12 +4,20 @@ with)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from deskllm.engine.domain import LoadParams
 from deskllm.store.library import InstalledModel
+
+
+def api_id(name: str) -> str:
+    """The id the API gives a model: its library name as a client can type it (no spaces or
+    brackets, lower case): "SmolLM2-135M-Instruct (Q4_1)" → "smollm2-135m-instruct-q4_1".
+    The name itself is accepted too."""
+    return re.sub(r"[^a-z0-9._:-]+", "-", name.lower()).strip("-") or "model"
 
 
 @dataclass(frozen=True)
@@ -21,14 +29,14 @@ class InstalledModels:
     params_for: Callable[[str], LoadParams]
 
     def by_id(self) -> dict[str, InstalledModel]:
-        """Every installed model whose file is there, by a unique id: its name, or its file
-        name where an earlier model has that name already."""
+        """Every installed model whose file is there, by a unique id: its name's api_id, or its
+        file name's where an earlier model has that one already."""
         found: dict[str, InstalledModel] = {}
         for model in self.list():
             if not model.exists:
                 continue
-            key = model.name if model.name not in found else Path(model.path).name
-            found.setdefault(key, model)
+            key = api_id(model.name)
+            found.setdefault(key if key not in found else api_id(Path(model.path).name), model)
         return found
 
     def find(self, name: str) -> tuple[str, InstalledModel] | None:
@@ -37,11 +45,13 @@ class InstalledModels:
         models = self.by_id()
         if name in models:
             return name, models[name]
+        if api_id(name) in models:  # its library name, "SmolLM2-135M-Instruct (Q4_1)"
+            return api_id(name), models[api_id(name)]
         for key, model in models.items():
             path = Path(model.path)
             if name.lower() == model.name.lower() or name in (path.name, path.stem):
                 return key, model
-        short = name.lower()
+        short, short_id = name.lower(), api_id(name)
         found = [(key, model) for key, model in models.items()
-                 if short in key.lower() or short in Path(model.path).name.lower()]  # fmt: skip
+                 if short_id in key or short in Path(model.path).name.lower()]  # fmt: skip
         return found[0] if len(found) == 1 and short else None

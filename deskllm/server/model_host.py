@@ -26,7 +26,7 @@ from deskllm.loader import ModelLoader
 from deskllm.server import errors
 from deskllm.server.engine_queue import EngineQueue
 from deskllm.server.gateway import Gateway
-from deskllm.server.installed import InstalledModels
+from deskllm.server.installed import InstalledModels, api_id
 
 log = logging.getLogger("deskllm.server")
 
@@ -155,9 +155,11 @@ class ModelHost:
             self.on_failure(reason)
 
     def serves(self, name: str) -> bool:
-        """Whether `name` is the served model: its id, file name or file stem."""
+        """Whether `name` is the served model: its id, its library name, file name or file
+        stem."""
         path = Path(self.params.model_path)
-        return name in (self.model_id, path.name, path.stem) or name in self._aliases
+        return (name in (self.model_id, path.name, path.stem) or api_id(name) == self.model_id
+                or name in self._aliases)  # fmt: skip
 
     async def use(self, name: str) -> ChatBackend | None:
         """What answers `name`, before a request is admitted: a gateway name's backend (the

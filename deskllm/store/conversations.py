@@ -43,6 +43,7 @@ class Message:
     sampling: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)
     created_at: float = 0.0
+    parent_id: int | None = None  # the message it follows (None: the first)
 
 
 def _conversation(row: dict) -> Conversation:
@@ -68,6 +69,7 @@ def _message(row: dict) -> Message:
         sampling=json.loads(row["sampling"] or "{}"),
         metrics=json.loads(row["metrics"] or "{}"),
         created_at=row["created_at"],
+        parent_id=row.get("parent_id"),
     )
 
 
@@ -169,10 +171,83 @@ class ConversationStore:
 
     # Messages --------------------------------------------------------------------------------
     def messages(self, conversation_id: str) -> list[Message]:
-        rows = self.db["messages"].rows_where(
-            "conversation_id = ?", [conversation_id], order_by="id"
+        """The branch the conversation shows, first message first: from its leaf up through
+        each message's parent (an earlier message always has a smaller id)."""
+        rows = self.db.query(
+            """with recursive branch(id) as (
+                   select leaf_id from conversations where id = :cid
+                   union all
+                   select m.parent_id from messages m join branch on m.id = branch.id
+                   where m.parent_id is not null)
+               select * from messages where conversation_id = :cid
+                 and id in (select id from branch) order by id""",
+            {"cid": conversation_id},
         )
         return [_message(r) for r in rows]
+
+    def versions(self, conversation_id: str) -> dict[int, list[int]]:
+        """Every message's versions: the ids of the messages that follow the same one (itself
+        included), oldest first. More than one: a regenerated reply or an edited message."""
+        siblings: dict[int | None, list[int]] = {}
+        for row in self.db.query(
+            "select id, parent_id from messages where conversation_id = ? order by id",
+            [conversation_id],
+        ):
+            siblings.setdefault(row["parent_id"], []).append(row["id"])
+        return {mid: ids for ids in siblings.values() for mid in ids}
+
+    def show_version(self, message_id: int) -> None:
+        """Show the branch through `message_id`: down from it, the newest reply each time."""
+        message = self.get_message(message_id)
+        leaf = message_id
+        while True:
+            child = self.db.execute(
+                "select max(id) from messages where parent_id = ?", [leaf]
+            ).fetchone()[0]
+            if child is None:
+                break
+            leaf = child
+        self.db["conversations"].update(message.conversation_id, {"leaf_id": leaf})
+
+    def branch_before(self, message_id: int) -> None:
+        """The next message added takes `message_id`'s place as a new version of it (Regenerate,
+        an edited message); the old one stays, a version away. A reply that holds nothing
+        (failed before any text) is deleted instead."""
+        message = self.get_message(message_id)
+        with self.db.atomic():
+            if message.role == "assistant" and not message.content:
+                self._delete_subtree(message_id)
+            self.db["conversations"].update(message.conversation_id,
+                                            {"leaf_id": message.parent_id})  # fmt: skip
+
+    def delete_message(self, message_id: int) -> None:
+        """Delete a message and what follows it on every branch; the conversation shows the
+        newest other version in its place, else the branch up to the message before it."""
+        message = self.get_message(message_id)
+        cid = message.conversation_id
+        with self.db.atomic():
+            self._delete_subtree(message_id)
+            leaf = self.db.execute("select leaf_id from conversations where id = ?",
+                                   [cid]).fetchone()[0]  # fmt: skip
+            if leaf is not None and self.db["messages"].count_where("id = ?", [leaf]):
+                return  # it was on another branch than the one shown
+            newest_other = self.db.execute(
+                "select max(id) from messages where conversation_id = ? and parent_id is ?",
+                [cid, message.parent_id],
+            ).fetchone()[0]
+            if newest_other is not None:
+                self.show_version(newest_other)
+            else:
+                self.db["conversations"].update(cid, {"leaf_id": message.parent_id})
+
+    def _delete_subtree(self, message_id: int) -> None:
+        self.db.execute(
+            """with recursive below(id) as (
+                   select ? union all
+                   select m.id from messages m join below on m.parent_id = below.id)
+               delete from messages where id in (select id from below)""",
+            [message_id],
+        )
 
     def has_messages(self) -> bool:
         """Whether any conversation holds a message: the user has chatted."""
@@ -208,15 +283,28 @@ class ConversationStore:
             "updated_at": now,
         }
         with self.db.atomic():
+            # It follows the branch shown (its last message), and ends it.
+            leaf = self.db.execute(
+                "select leaf_id from conversations where id = ?", [conversation_id]
+            ).fetchone()
+            row["parent_id"] = leaf[0] if leaf else None
             message_id = self.db["messages"].insert(row).last_pk
-            self.db["conversations"].update(conversation_id, {"updated_at": now})
+            self.db["conversations"].update(conversation_id,
+                                            {"updated_at": now, "leaf_id": message_id})  # fmt: skip
         return _message({**row, "id": message_id})
 
     def delete_messages_from(self, conversation_id: str, message_id: int) -> None:
-        """Delete a message and everything after it (regenerate, edit and resend)."""
-        self.db["messages"].delete_where(
-            "conversation_id = ? and id >= ?", [conversation_id, message_id]
-        )
+        """Delete a message and every later one of the conversation, on every branch; the
+        newest message left ends the branch shown."""
+        with self.db.atomic():
+            self.db["messages"].delete_where(
+                "conversation_id = ? and id >= ?", [conversation_id, message_id]
+            )
+            self.db.execute(
+                """update conversations set leaf_id = (select max(id) from messages
+                   where conversation_id = :cid) where id = :cid""",
+                {"cid": conversation_id},
+            )
 
     def finish_message(
         self, message_id: int, content: str, status: str, metrics: dict[str, Any] | None = None

@@ -231,21 +231,25 @@ def _time(obj: dict, key: str, where: str) -> float:
 
 
 def _insert(store: ConversationStore, head: dict[str, Any], messages: list[dict]) -> Conversation:
-    """One transaction: the whole conversation or nothing."""
+    """One transaction: the whole conversation or nothing. Its messages are one branch (an
+    export holds the branch that was shown), each following the one before."""
     conversation_id = uuid.uuid4().hex
     db = store.db
     with db.atomic():
         db["conversations"].insert(
             {**head, "id": conversation_id, "sampling": json.dumps(head["sampling"])}
         )
+        parent = None
         for message in messages:
-            db["messages"].insert(
+            parent = db["messages"].insert(
                 {
                     **message,
                     "conversation_id": conversation_id,
                     "sampling": json.dumps(message["sampling"]),
                     "metrics": json.dumps(message["metrics"]),
                     "updated_at": message["created_at"],
+                    "parent_id": parent,
                 }
-            )
+            ).last_pk
+        db["conversations"].update(conversation_id, {"leaf_id": parent})
     return store.get(conversation_id)

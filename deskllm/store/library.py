@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,15 +53,28 @@ def _model(row: dict) -> InstalledModel:
     )
 
 
+def library_name(path: Path, quant: str | None) -> str:
+    """"SmolLM2-135M-Instruct (Q4_1)" for SmolLM2-135M-Instruct.Q4_1.gguf: the file's name,
+    which the user chose or downloaded and recognises, with its quant set apart, as the starter
+    model is named. Not the header's general.name: often a training run's ("Smollm2 135M 8k
+    Lc100K Mix1 Ep2"), so the same file had two names."""
+    stem = path.stem
+    if not quant or quant == "?":
+        return stem
+    base = re.sub(rf"[.\-_ ]{re.escape(quant)}$", "", stem, flags=re.IGNORECASE) or stem
+    return f"{base} ({quant})"
+
+
 def describe(header: GgufHeader, path: Path) -> dict:
     """The library row for a model file, from its header."""
     meta = header.metadata
+    quant = file_type_name(meta.get("general.file_type"))
     return {
         "path": str(path.resolve()),
-        "name": str(meta.get("general.name") or path.stem),
+        "name": library_name(path, quant),
         "architecture": header.architecture,
         "parameters": header.n_params,
-        "quant": file_type_name(meta.get("general.file_type")),
+        "quant": quant,
         "size_bytes": path.stat().st_size,
         "context_length": header.context_length or 0,
         "has_chat_template": int(bool(header.chat_template)),

@@ -218,6 +218,11 @@ def test_the_cost_column_names_where_the_cost_comes_from(qtbot, dialog):
               "cost_per_mtok": 0.03125, "cost_source": "estimated"}  # fmt: skip
     dialog.show_result({"configs": [config], "chosen": {"id": "cpu-1t", "reason": "fastest"}})
     assert dialog.table.item(0, COLUMNS.index("Cost / M tokens")).text() == "0.0312 (estimated)"
+    dialog.show()
+    qtbot.waitExposed(dialog)
+    # Every column shows, the last one too: it was cut off ("Cost / M t").
+    table = dialog.table
+    assert table.horizontalHeader().length() <= table.viewport().width()
     assert dialog.depth_chart.points == []  # a result stored before depths were measured
 
 

@@ -39,6 +39,7 @@ def test_a_model_that_keeps_killing_the_engine_is_not_restarted_and_the_window_s
 
     with qtbot.waitSignal(bridge.loaded, timeout=REPLY_TIMEOUT_MS):
         window.restart_engine()  # what Engine → Restart engine does
+    assert window.statusBar().currentMessage() == ""  # resolved: the failure is gone
     set_sampling(window, max_tokens=4)
     answered = send_and_wait(qtbot, window, "Hello again")
     assert isinstance(answered, Done), answered

@@ -88,7 +88,14 @@ def test_discover_opens_on_the_curated_catalog_offline(qtbot, offline, panel):
         assert speed == "unknown" or speed.endswith("tok/s (ceiling)") or "measured" in speed
         assert table.item(r, 6).text() in ("near-lossless", "good", "fair", "low")
         assert table.item(r, 7).text() == catalog.model(view.curated.repo_at(r)).license
-        assert table.cellWidget(r, 8).text() in ("Download recommended", "Installed")
+        button = table.cellWidget(r, 8).text()
+        assert button in ("Download recommended", "Installed") or button.startswith("Slow here")
+        if speed.endswith("tok/s (ceiling)"):  # below the usable floor: the button says so
+            tps = float(speed.removeprefix("~").split()[0])
+            floor = view.curated.plan.usable_tps
+            slow = tps < floor and button != "Installed"
+            if abs(tps - floor) > 0.1:  # (the cell is rounded)
+                assert button.startswith("Slow here: ~") == slow, (speed, button)
     # The installed file is marked, its row's button says so, and its measured speed shows.
     row = rows[REPO]
     assert "(installed: Q8_0)" in table.item(row, 0).text()

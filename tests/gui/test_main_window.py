@@ -18,6 +18,9 @@ def test_first_start_opens_a_new_conversation_ready_to_send(window, starter_mode
     assert Path(conversation.model).resolve() == starter_model.resolve()  # installed, selected
     assert window.chat.send_button.isEnabled()
     assert "context 2048" in window.model_label.full_text()
+    # The loaded model is named once in the chat's header: on its model button.
+    assert "SmolLM2" in window.chat.model_button.text()
+    assert starter_model.name not in window.chat.details.full_text()
     assert window.tabs.currentWidget() is window.chat
     assert window.chat.empty_label.isVisible()
     models = [window.models.list.item(i).text() for i in range(window.models.list.count())]
@@ -31,6 +34,24 @@ def test_the_first_window_fits_the_screen_it_opens_on(window):
     assert window.width() == min(max(room.width() * 3 // 4, 70 * line), room.width())
     assert window.height() == min(max(room.height() * 4 // 5, 45 * line), room.height())
     assert room.contains(window.geometry().center())
+
+
+def test_a_chat_template_that_was_not_used_is_said_above_the_chat(
+    qtbot, window, tmp_path, starter_model
+):
+    from engine_helpers import BROKEN_TEMPLATE, with_template
+    from gui_helpers import REPLY_TIMEOUT_MS
+
+    broken = with_template(starter_model, tmp_path / "broken.gguf", BROKEN_TEMPLATE)
+    with qtbot.waitSignal(window.bridge.loaded, timeout=REPLY_TIMEOUT_MS):
+        window.load_model(str(broken))
+    note = window.template_note
+    assert note.isVisible(), "only in a tooltip"
+    assert "chat template does not compile" in note.text() and "ChatML" in note.text()
+    assert "Replies may be worse" in note.text()
+    with qtbot.waitSignal(window.bridge.loaded, timeout=REPLY_TIMEOUT_MS):
+        window.load_model(str(starter_model))
+    assert not note.isVisible()
 
 
 def test_the_models_hint_points_to_the_panel_and_stays_dismissed(qtbot, window, gui_state):

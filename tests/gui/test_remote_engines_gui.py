@@ -24,7 +24,7 @@ from deskllm.remote.endpoint import Endpoint
 from deskllm.remote.keys import KeyStore
 from deskllm.store.remote_endpoints import EndpointRegistry
 
-DESK_MODEL = "SmolLM2-135M-Instruct (Q4_1)"  # what deskllm serve calls the starter model
+DESK_MODEL = "smollm2-135m-instruct-q4_1"  # what deskllm serve calls the starter model
 LCS_KEY = "sk-lcs-gui-41d7e0"
 ALIAS = "smol"
 SHORT = {"temperature": 0, "max_tokens": 12}

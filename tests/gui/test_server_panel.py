@@ -53,6 +53,7 @@ def test_the_window_serves_its_model_and_its_chat_shares_the_slots(qtbot, window
     key = server.config.api_key
     assert key and panel.key.text() == key
     assert panel.address.text() == server.url
+    assert panel.copy_address.isEnabled() and panel.copy_key.isEnabled()
     # One engine: it was loaded again once, with the slots the server asked for, and the
     # window's chat and the server are both its clients.
     assert engine.n_slots == 2 and engine.loads == 2
@@ -94,6 +95,10 @@ def test_the_window_serves_its_model_and_its_chat_shares_the_slots(qtbot, window
     assert win.bridge.server is None and win.bridge.client.engine is engine
     assert panel.start_button.text() == "&Start server"
     assert not win.server_status.isVisible()
+    # Nothing to copy once stopped; the panel closes with its own button.
+    assert not panel.copy_address.isEnabled() and not panel.copy_key.isEnabled()
+    panel.buttons.button(panel.buttons.StandardButton.Close).click()
+    assert not panel.isVisible()
     with pytest.raises(openai.APIConnectionError):
         api.models.list()
     assert isinstance(send_and_wait(qtbot, win, "Say hello again."), Done)

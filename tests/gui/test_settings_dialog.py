@@ -12,7 +12,7 @@ from deskllm import paths
 from deskllm import settings as settings_mod
 from deskllm.gui.qt import QApplication, QDialogButtonBox, Qt
 from deskllm.gui.settings_dialog import SettingsDialog
-from deskllm.gui.theme import apply_theme, is_dark
+from deskllm.gui.theme import apply_theme, is_dark, readable_links
 from deskllm.loader import params_from_settings
 from deskllm.settings import Settings
 
@@ -99,6 +99,10 @@ def test_send_key_and_theme_apply_at_once_engine_settings_on_the_next_load(qtbot
         _save(dialog)
         assert is_dark(app.palette())
         qtbot.waitUntil(lambda: is_dark(window.chat.scroll.widget().palette()))  # propagated
+        # The hint banner's link reads on the dark window (it was dark blue on dark grey).
+        label = window.hint.label.palette()
+        link, ground = label.color(label.ColorRole.Link), label.color(label.ColorRole.Window)
+        assert link.lightness() - ground.lightness() > 90
         assert window.settings.theme == "dark"
         assert "apply when the model is next loaded" in window.statusBar().currentMessage()
         assert window.load_params.n_ctx == 1024  # for the next load
@@ -118,6 +122,18 @@ def test_send_key_and_theme_apply_at_once_engine_settings_on_the_next_load(qtbot
         apply_theme(app, "system")
     assert not is_dark(app.palette())
     qtbot.waitUntil(lambda: not is_dark(window.chat.scroll.widget().palette()))
+
+
+def test_a_dark_platform_palette_gets_links_that_read_on_it(qapp):
+    from deskllm.gui.qt import QColor, QPalette
+
+    dark = QPalette(QColor(0x35, 0x35, 0x35))
+    dark.setColor(QPalette.ColorRole.Link, QColor(0x00, 0x00, 0xCC))  # a light theme's blue
+    fixed = readable_links(QPalette(dark))
+    assert fixed.color(QPalette.ColorRole.Link).lightness() >= 150
+    light = QPalette(QColor(0xEF, 0xEF, 0xEF))
+    kept = light.color(QPalette.ColorRole.Link)
+    assert readable_links(QPalette(light)).color(QPalette.ColorRole.Link) == kept
 
 
 def test_gpu_offload_automatic_off_automatic_changes_the_next_load(qtbot, make_window):

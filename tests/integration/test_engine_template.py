@@ -9,11 +9,10 @@ import uuid
 from pathlib import Path
 
 import pytest
-from engine_helpers import collect
+from engine_helpers import BROKEN_TEMPLATE, collect, with_template
 
 from deskllm.engine.client import EngineClient
 from deskllm.engine.domain import ChatMessage, Error, Sampling
-from deskllm.gguf.header import read_header
 
 SHORT = Sampling(temperature=0.0, max_tokens=8)
 ESCAPE = (
@@ -21,7 +20,7 @@ ESCAPE = (
     "{% if c.__name__ == 'Popen' %}{{ c(['touch', '/tmp/deskllm-pwned']) }}{% endif %}"
     "{% endfor %}{{ messages[0]['content'] }}"
 )
-BROKEN = "{% for m in messages %}{{ m.content }"  # a syntax error
+BROKEN = BROKEN_TEMPLATE
 CHATML_LOOP = (
     "{% for message in messages %}{PREFIX}"
     "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
@@ -33,17 +32,6 @@ LJUST_BOMB = CHATML_LOOP.replace("{PREFIX}", "{{ 'a'.ljust(10**9)[:0] }}")
 TRIGGERED_BOMB = CHATML_LOOP.replace(
     "{PREFIX}", "{% if 'x' in message['content'] %}{{ 'a'.ljust(10**9)[:0] }}{% endif %}"
 )
-
-
-def with_template(src: Path, dst: Path, template: str) -> Path:
-    """A copy of the model whose tokenizer.chat_template is `template` (gguf's own tool)."""
-    subprocess.run(
-        [sys.executable, "-m", "gguf.scripts.gguf_new_metadata", str(src), str(dst),
-         "--chat-template", template, "--force"],
-        check=True, capture_output=True, timeout=120,
-    )
-    assert read_header(dst).chat_template == template
-    return dst
 
 
 @pytest.fixture(scope="module")
@@ -109,3 +97,16 @@ def test_a_bomb_set_off_by_one_message_falls_back_for_that_turn_only(
         plain = collect(client.chat(uuid.uuid4().hex, [ChatMessage("user", "Hi")], SHORT)).done
         assert plain.text and plain.warnings == ()
         assert client.status().rss_bytes < loaded.rss_bytes + (256 << 20)
+
+
+def test_cli_chat_says_when_the_template_was_not_used(tmp_path, session_home, template_models):
+    from server_helpers import serve_env
+
+    result = subprocess.run(
+        [sys.executable, "-m", "deskllm", "chat", "--model", str(template_models["broken"]),
+         "--prompt", "Hi", "--max-tokens", "4", "--ctx", "1024"],
+        env=serve_env(tmp_path, session_home), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "[note: the model's chat template does not compile" in result.stderr
+    assert "replies may be worse" in result.stderr  # without --metrics too

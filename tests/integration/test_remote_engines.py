@@ -32,7 +32,7 @@ from deskllm.store.export import conversation_dict, conversation_markdown
 LCS_KEY = "sk-lcs-3e8a51f0c2"  # llama_cpp.server's key
 LS_KEY = "sk-ls-90b4e7d21a"  # llama-server's
 ALIAS = "smol"
-DESK_MODEL = "SmolLM2-135M-Instruct (Q4_1)"  # what deskllm serve calls the starter model
+DESK_MODEL = "smollm2-135m-instruct-q4_1"  # what deskllm serve calls the starter model
 SHORT = Sampling(temperature=0, max_tokens=12)
 LONG = Sampling(temperature=0, max_tokens=400)
 CLI_VERBOSE = "import sys; from deskllm.cli import main; sys.exit(main(['-v', *sys.argv[1:]]))"

@@ -59,7 +59,7 @@ def test_auto_sends_the_least_sure_replies_to_the_remote(parallel, gateway_home,
                         "--parallel", str(parallel)) as server:  # fmt: skip
         client = openai.OpenAI(base_url=server.v1, api_key=API_KEY, max_retries=0, timeout=900)
         ids = [card.id for card in client.models.list().data]
-        assert ids[0] == "SmolLM2-135M-Instruct (Q4_1)" and "auto" in ids and REMOTE in ids
+        assert ids[0] == "smollm2-135m-instruct-q4_1" and "auto" in ids and REMOTE in ids
 
         def ask(prompt: str):
             return client.chat.completions.create(

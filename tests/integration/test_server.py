@@ -54,10 +54,20 @@ def auth(key: str = API_KEY) -> dict[str, str]:
 def test_models_lists_the_loaded_model_and_auto(client):
     # No remote endpoint is registered: the loaded model, then the router on it.
     card, auto = client.models.list().data
-    assert card.id == "SmolLM2-135M-Instruct (Q4_1)"
+    # An id a client can type: the library name "SmolLM2-135M-Instruct (Q4_1)" as an id.
+    assert card.id == "smollm2-135m-instruct-q4_1"
     assert card.owned_by == "deskllm" and card.object == "model"
     assert auto.id == "auto" and auto.model_extra["loaded"]
     assert auto.model_extra["context_length"] == card.model_extra["context_length"]
+
+
+def test_a_model_is_named_by_its_id_its_library_name_or_a_part_of_it(client):
+    for name in ("smollm2-135m-instruct-q4_1", "SmolLM2-135M-Instruct (Q4_1)",
+                 "SmolLM2-135M-Instruct", "smollm2"):  # fmt: skip
+        reply = client.chat.completions.create(model=name, messages=ask("Hi"), max_tokens=2)
+        assert reply.model == "smollm2-135m-instruct-q4_1", name
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="llama", messages=ask("Hi"), max_tokens=2)
 
 
 def test_chat_answers_with_usage_and_timings(client, model):

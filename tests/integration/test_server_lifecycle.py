@@ -28,7 +28,7 @@ def _stream_openai(server, out: dict, started: threading.Event) -> None:
     client = openai.OpenAI(base_url=server.v1, api_key=KEY, max_retries=0)
     try:
         stream = client.chat.completions.create(
-            model="SmolLM2-135M-Instruct (Q4_1)", stream=True, max_tokens=LONG,
+            model="smollm2-135m-instruct-q4_1", stream=True, max_tokens=LONG,
             messages=[{"role": "user", "content": "Count from one to one thousand."}],
             extra_body={"ignore_eos": True},
         )  # fmt: skip
@@ -48,7 +48,7 @@ def _stream_anthropic(server, out: dict, started: threading.Event) -> None:
     client = anthropic.Anthropic(base_url=server.url, api_key=KEY, max_retries=0)
     try:
         with client.messages.stream(
-            model="SmolLM2-135M-Instruct (Q4_1)", max_tokens=LONG,
+            model="smollm2-135m-instruct-q4_1", max_tokens=LONG,
             messages=[{"role": "user", "content": "Count from one to one thousand."}],
             extra_body={"ignore_eos": True},
         ) as stream:  # fmt: skip

@@ -18,9 +18,9 @@ from server_helpers import API_KEY, running_server
 from deskllm.database import open_database
 from deskllm.store import ModelLibrary
 
-STARTER = "SmolLM2-135M-Instruct (Q4_1)"
-SECOND = "SmolLM2 requantized (Q8_0)"
-HUGE = "Huge F16"
+STARTER = "smollm2-135m-instruct-q4_1"  # the API's ids: the library names as ids
+SECOND_NAME, SECOND = "SmolLM2 requantized (Q8_0)", "smollm2-requantized-q8_0"
+HUGE_NAME, HUGE = "Huge F16", "huge-f16"
 ASK = [{"role": "user", "content": "What colour is the sky?"}]
 
 
@@ -29,9 +29,9 @@ def library_home(home: Path, second: Path, huge: Path | None = None) -> Path:
     home.mkdir(exist_ok=True)
     db = open_database(home / "deskllm.sqlite3")
     try:
-        ModelLibrary(db).add(second, name=SECOND)
+        ModelLibrary(db).add(second, name=SECOND_NAME)
         if huge is not None:
-            ModelLibrary(db).add(huge, name=HUGE)
+            ModelLibrary(db).add(huge, name=HUGE_NAME)
     finally:
         db.close()
     return home
@@ -88,8 +88,8 @@ def test_a_request_naming_another_installed_model_loads_it(server):
         running["text"] = "".join(text)
 
     def switch() -> None:
-        running["switched"] = client.chat.completions.create(
-            model=SECOND, messages=ASK, temperature=0, max_tokens=8
+        running["switched"] = client.chat.completions.create(  # by its library name
+            model=SECOND_NAME, messages=ASK, temperature=0, max_tokens=8
         )
 
     first = threading.Thread(target=long_reply)

@@ -19,7 +19,7 @@ from deskllm.engine.domain import ChatMessage, Sampling
 PROMPTS = ("What colour is the sky?", "Name three fruits.", "What is the capital of France?",
            "Say hello in Spanish.")  # fmt: skip
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
-MODEL = "SmolLM2-135M-Instruct (Q4_1)"
+MODEL = "smollm2-135m-instruct-q4_1"
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,7 @@ from server_helpers import API_KEY, running_server
 from deskllm.engine.domain import LoadParams
 from deskllm.server import ModelHost, ServerConfig, create_app
 
-MODEL = "SmolLM2-135M-Instruct (Q4_1)"
+MODEL = "smollm2-135m-instruct-q4_1"
 MAX_TOKENS = 4
 ANSWER_TIMEOUT_S = 60  # the slowest case: a long generated prompt on two CPU cores
 EXAMPLES = {GenerationMode.POSITIVE: 12, GenerationMode.NEGATIVE: 6}  # per operation

@@ -61,8 +61,11 @@ def _installed(tmp_path: Path, *names: str) -> InstalledModels:
 
 def test_a_short_name_finds_the_one_model_it_is_part_of(tmp_path: Path):
     installed = _installed(tmp_path, "Qwen2.5 0.5B Instruct", "Gemma 3 270M", "Gemma 3 1B")
-    assert installed.find("qwen")[0] == "Qwen2.5 0.5B Instruct"  # any case
-    assert installed.find("270m")[0] == "Gemma 3 270M"
+    # Found under its id: the library name as a client can type it.
+    assert installed.find("qwen")[0] == "qwen2.5-0.5b-instruct"  # any case
+    assert installed.find("270m")[0] == "gemma-3-270m"
     assert installed.find("gemma") is None  # two models: ambiguous, never a guess
-    assert installed.find("Gemma-3-1B.Q4_K_M")[0] == "Gemma 3 1B"  # the file stem
+    assert installed.find("Gemma-3-1B.Q4_K_M")[0] == "gemma-3-1b"  # the file stem
+    assert installed.find("Gemma 3 270M")[0] == "gemma-3-270m"  # the library name itself
+    assert installed.find("gemma 3 270")[0] == "gemma-3-270m"  # a part of it, as typed
     assert installed.find("llama") is None and installed.find("") is None

@@ -504,3 +504,61 @@ def test_mark_streaming_interrupted(store, db_path):
     }
     assert store.get_message(w1.message_id).content == "partial one"
     assert store.mark_streaming_interrupted() == 0
+
+
+# Versions and branches -----------------------------------------------------------------------
+def contents(store, cid) -> list[str]:
+    return [m.content for m in store.messages(cid)]
+
+
+def test_a_regenerated_reply_keeps_the_old_one_as_a_version(store):
+    conv = store.create()
+    store.add_message(conv.id, "user", "q")
+    first = store.add_message(conv.id, "assistant", "a1")
+    store.branch_before(first.id)
+    second = store.add_message(conv.id, "assistant", "a2")
+    assert contents(store, conv.id) == ["q", "a2"]
+    assert store.versions(conv.id)[first.id] == [first.id, second.id]
+    store.show_version(first.id)
+    assert contents(store, conv.id) == ["q", "a1"]
+    # A reply that holds nothing (failed before any text) is not kept as a version.
+    empty = store.add_message(conv.id, "user", "q2")
+    failed = store.add_message(conv.id, "assistant", "", status="error")
+    store.branch_before(failed.id)
+    again = store.add_message(conv.id, "assistant", "ok")
+    assert store.versions(conv.id)[again.id] == [again.id]
+    assert contents(store, conv.id) == ["q", "a1", "q2", "ok"] and empty.parent_id == first.id
+
+
+def test_an_edited_message_starts_a_branch_and_each_branch_keeps_its_replies(store):
+    conv = store.create()
+    q1 = store.add_message(conv.id, "user", "q1")
+    store.add_message(conv.id, "assistant", "a1")
+    store.add_message(conv.id, "user", "q2")
+    store.add_message(conv.id, "assistant", "a2")
+    store.branch_before(q1.id)  # edit the first question
+    edited = store.add_message(conv.id, "user", "q1 edited")
+    store.add_message(conv.id, "assistant", "b1")
+    assert contents(store, conv.id) == ["q1 edited", "b1"]
+    assert store.versions(conv.id)[q1.id] == [q1.id, edited.id]
+    store.show_version(q1.id)  # back: the old branch whole, to its newest reply
+    assert contents(store, conv.id) == ["q1", "a1", "q2", "a2"]
+    # Search covers every branch, the one not shown too.
+    assert [c.id for c in store.search("edited")] == [conv.id]
+
+
+def test_deleting_a_message_takes_what_follows_and_shows_another_version(store):
+    conv = store.create()
+    q = store.add_message(conv.id, "user", "q")
+    a1 = store.add_message(conv.id, "assistant", "a1")
+    store.add_message(conv.id, "user", "more")
+    store.branch_before(a1.id)
+    a2 = store.add_message(conv.id, "assistant", "a2")
+    store.show_version(a1.id)
+    store.delete_message(a1.id)  # the shown one, and "more" after it
+    assert contents(store, conv.id) == ["q", "a2"]
+    assert store.versions(conv.id)[a2.id] == [a2.id]
+    assert store.db["messages"].count_where("content = 'more'") == 0
+    store.delete_message(a2.id)  # the last version: the branch ends before it
+    assert contents(store, conv.id) == ["q"]
+    assert store.add_message(conv.id, "assistant", "again").parent_id == q.id

@@ -43,7 +43,9 @@ def test_add_the_starter_model(library, starter_model, db_path):
     assert model.size_bytes == starter_model.stat().st_size
     assert model.context_length > 0
     assert model.has_chat_template
-    assert model.name  # from general.name
+    # The file's name with its quant set apart, as the starter is named (not the header's
+    # general.name, a training run's "Smollm2 135M 8k Lc100K Mix1 Ep2").
+    assert model.name == "SmolLM2-135M-Instruct (Q4_1)"
     assert model.added_at > 0
     assert model.exists
     assert library.list() == [model]

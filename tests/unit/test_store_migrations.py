@@ -117,9 +117,12 @@ def test_migrating_from_the_previous_schema_keeps_the_data(tmp_path):
     assert old.execute("PRAGMA user_version").fetchone()[0] == 1
     store = ConversationStore(old)
     conv = store.create(title="Pelicans", system_prompt="be brief", sampling={"temp": 0.3})
-    msg = store.add_message(conv.id, "user", "Tell me about migrating albatrosses please")
     other = store.create(title="Unrelated")
-    store.add_message(other.id, "user", "nothing to see")
+    for cid, text in ((conv.id, "Tell me about migrating albatrosses please"),
+                      (other.id, "nothing to see")):  # fmt: skip
+        old["messages"].insert({"conversation_id": cid, "role": "user", "content": text,
+                                "status": "complete", "created_at": 1.0, "updated_at": 1.0,
+                                "sampling": "{}", "metrics": "{}"})  # fmt: skip
     conv = store.get(conv.id)
     old.close()
 
@@ -128,7 +131,8 @@ def test_migrating_from_the_previous_schema_keeps_the_data(tmp_path):
     assert [r["name"] for r in db[MIGRATIONS_TABLE].rows_where(order_by="rowid")] == NAMES
     store = ConversationStore(db)
     assert store.get(conv.id) == conv
-    assert store.messages(conv.id) == [msg]
+    [msg] = store.messages(conv.id)
+    assert msg.content.startswith("Tell me about migrating") and msg.parent_id is None
     # the new full-text index covers rows written before it existed
     assert [c.id for c in store.search("albatross")] == [conv.id]  # porter stemming
     assert [c.id for c in store.search("migrating")] == [conv.id]
@@ -276,3 +280,26 @@ def test_a_refused_database_is_closed(tmp_path):
         open_database(path)
     assert info.value is not None  # the traceback (and its frames) are still alive here
     assert open_fds_to(path) == 0
+
+
+def test_chats_from_before_versions_become_one_branch(tmp_path):
+    path = tmp_path / "old.sqlite3"
+    old = Database(path)
+    before = [m for m in MIGRATIONS if m[0] < "m010"]
+    migrate(old, before)
+    now = 1.0
+    for cid in ("a", "b"):
+        old["conversations"].insert({"id": cid, "title": cid, "created_at": now,
+                                     "updated_at": now})  # fmt: skip
+    for i, cid in enumerate("abab"):  # interleaved ids, as chats written side by side
+        old["messages"].insert({"conversation_id": cid, "role": "user",
+                                "content": f"{cid}{i}", "status": "complete",
+                                "created_at": now, "updated_at": now})  # fmt: skip
+    old.close()
+    store = ConversationStore(open_database(path))
+    assert [m.content for m in store.messages("a")] == ["a0", "a2"]
+    assert [m.content for m in store.messages("b")] == ["b1", "b3"]
+    a0, a2 = store.messages("a")
+    assert (a0.parent_id, a2.parent_id) == (None, a0.id)
+    reply = store.add_message("a", "assistant", "next")  # follows the last one
+    assert reply.parent_id == a2.id and store.messages("a")[-1] == reply
