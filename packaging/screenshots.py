@@ -26,8 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SHOTS = ("chat", "models-recommended", "models-installed", "models-discover", "hardware", "usage",
-         "server")  # fmt: skip
+SHOTS = ("chat", "chat-progress", "models-recommended", "models-installed", "models-discover",
+         "hardware", "usage", "server")  # fmt: skip
 SIZE = (1280, 800)
 PROMPTS = (
     "What can I do on a rainy Sunday afternoon at home?",
@@ -196,6 +196,8 @@ class Shooter:
             self.chat(window)  # the replies the Usage view counts
         if "usage" in wanted:
             self.usage(window)
+        if "chat-progress" in wanted:
+            self.prompt_progress(window)
         if "models-recommended" in wanted:
             self.recommended(window)
         if wanted & {"models-discover", "models-installed"}:
@@ -290,6 +292,32 @@ class Shooter:
                 self.wait(lambda done=done: len(finished) > done, "the reply to stop")
                 return
         raise RuntimeError("every reply ended before it filled the screen")
+
+    def prompt_progress(self, window) -> None:
+        """A long text pasted in a new chat: its reply shows how far the prompt is read and
+        the time left; grabbed once the time left shows, then stopped."""
+        chat, bridge = window.chat, window.bridge
+        window.tabs.setCurrentWidget(chat)
+        window.new_conversation()
+        finished: list[object] = []
+        bridge.finished.connect(lambda _cid, reply: finished.append(reply))
+        sample = (ROOT / "resources" / "text" / "quality_sample.txt").read_text(encoding="utf-8")
+        chat.input.setPlainText("Summarise this in three sentences:\n\n" + sample[:9000])
+        chat.send()
+
+        def reading() -> bool:
+            bar = chat.widgets[-1].progress if chat.widgets else None
+            return bool(finished) or (bar is not None and not bar.isHidden()
+                                      and "left" in bar.format())  # fmt: skip
+
+        self.wait(reading, "the prompt's progress")
+        if finished:
+            raise RuntimeError("the prompt was read before its progress showed")
+        self.settle()
+        if "chat-progress" in self.only:
+            self.save("chat-progress", window)
+        bridge.stop()
+        self.wait(lambda: bool(finished), "the reply to stop")
 
     def usage(self, window) -> None:
         """View → Usage… on this home's real replies (the chat scene's): tokens per day, per
