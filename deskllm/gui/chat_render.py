@@ -79,6 +79,8 @@ def status_note(message: Message) -> str:
     error = message.metrics.get("error")
     if message.status == "interrupted" and message.metrics.get("finish_reason") == "cancelled":
         # The user's own Stop: not an accident ("Interrupted" is kept for crashes and exits).
+        if not message.content:
+            return "Stopped before the reply began (while the prompt was read). Regenerate it."
         return "Stopped: you stopped the reply here. Continue it or regenerate it."
     if message.status == "interrupted":
         why = f" ({error})" if error else ""

@@ -80,7 +80,6 @@ class MainWindow(QMainWindow):
         self.bridge = bridge
         self.model_path = model_path  # the model the next load uses
         self.gui_state = gui_state
-        self._engine_message: str | None = None  # a failure shown in the status bar
         self.live_settings = LiveSettings(settings or Settings(), self)
         self.load_overrides = dict(load_overrides or {})
         self.library = library or ModelLibrary(store.db)
@@ -121,6 +120,13 @@ class MainWindow(QMainWindow):
         self.template_note.setFrameShape(QFrame.Shape.StyledPanel)
         self.template_note.hide()
         self.chat.add_notice(self.template_note)
+        # A failed reply or engine: said above the chat until the engine works again (in the
+        # status bar it timed out, or stayed over the next reply's readouts).
+        self.engine_banner = QLabel(wordWrap=True)
+        self.engine_banner.setFrameShape(QFrame.Shape.StyledPanel)
+        self.engine_banner.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.engine_banner.hide()
+        self.chat.add_notice(self.engine_banner)
         right = QWidget()
         right_layout = QVBoxLayout(right)
         right_layout.setContentsMargins(0, 6, 6, 0)
@@ -369,16 +375,14 @@ class MainWindow(QMainWindow):
                 "can give with its own template.")  # fmt: skip
         self.template_note.setVisible(fallback)
 
-    def _show_engine_message(self, text: str, timeout_ms: int) -> None:
-        self._engine_message = text
-        self.statusBar().showMessage(text, timeout_ms)
+    def _show_engine_message(self, text: str) -> None:
+        self.engine_banner.setText(f"⚠ {text}")
+        self.engine_banner.show()
 
     def _clear_engine_message(self) -> None:
-        """A failed reply's or engine's message goes once the engine works again (it stayed
-        over the next reply's readouts)."""
-        if self._engine_message and self.statusBar().currentMessage() == self._engine_message:
-            self.statusBar().clearMessage()
-        self._engine_message = None
+        """A failed reply's or engine's banner goes once the engine works again: a model
+        loaded, or a reply streaming."""
+        self.engine_banner.hide()
 
     def _is_starter(self, path: str) -> bool:
         return any(m.source == "starter" and _same_file(m.path, path) for m in self.library.list())
@@ -472,16 +476,15 @@ class MainWindow(QMainWindow):
                 else "the next message starts a fresh engine."
             )
             self._show_engine_message(
-                f"The engine stopped: {error.reason}. The reply so far is saved; {then}", 60000
+                f"The engine stopped: {error.reason}. The reply so far is saved; {then}"
             )
         elif error is not None and error.kind == ErrorKind.CRASH_LOOP:
             self._show_engine_message(
                 f"{error.reason} The engine is not started again by itself: Engine → Restart "
-                "engine (Ctrl+Shift+R) tries again.",
-                60000,
+                "engine (Ctrl+Shift+R) tries again."
             )
         elif error is not None:
-            self._show_engine_message(f"The reply failed: {error.reason}", 30000)
+            self._show_engine_message(f"The reply failed: {error.reason}")
 
     # Settings --------------------------------------------------------------------------------
     def open_settings(self) -> None:

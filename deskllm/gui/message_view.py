@@ -357,7 +357,9 @@ class MessageWidget(QFrame):
         """Continue / Regenerate next to an interrupted reply: only on the last message, and
         only while nothing is being generated."""
         interrupted = self.message.status == "interrupted" and self.message.role == "assistant"
-        self.continue_button.setVisible(enabled and interrupted and self.can_continue)
+        # A reply stopped before its first text has nothing to go on from: Regenerate only.
+        self.continue_button.setVisible(enabled and interrupted and self.can_continue
+                                        and bool(self.message.content))  # fmt: skip
         self.regenerate_button.setVisible(enabled and interrupted)
         self.ask_button.setVisible(enabled and self.ask_target is not None)
 

@@ -29,17 +29,18 @@ def test_a_model_that_keeps_killing_the_engine_is_not_restarted_and_the_window_s
         final = send_and_wait(qtbot, window, f"Tell me a story, take {crash}.")
         assert final.kind == ErrorKind.EXITED, final
     bridge.delta.disconnect(kill_on_first_text)
-    shown = window.statusBar().currentMessage()
+    shown = window.engine_banner.text()
+    assert window.engine_banner.isVisible()  # above the chat until resolved, no timeout
     assert f"{CRASH_LIMIT} times in a row" in shown and "Restart engine" in shown, shown
 
     refused = send_and_wait(qtbot, window, "Hello?")
     assert refused.kind == ErrorKind.CRASH_LOOP and bridge.client.pid is None
-    shown = window.statusBar().currentMessage()
+    shown = window.engine_banner.text()
     assert "not started again by itself" in shown and "Restart engine" in shown, shown
 
     with qtbot.waitSignal(bridge.loaded, timeout=REPLY_TIMEOUT_MS):
         window.restart_engine()  # what Engine → Restart engine does
-    assert window.statusBar().currentMessage() == ""  # resolved: the failure is gone
+    assert not window.engine_banner.isVisible()  # resolved: the banner is gone
     set_sampling(window, max_tokens=4)
     answered = send_and_wait(qtbot, window, "Hello again")
     assert isinstance(answered, Done), answered

@@ -44,5 +44,7 @@ def test_stop_while_the_prompt_is_read(qtbot, make_window):
     reply = win.chat.widgets[-1]
     assert not reply.progress.isVisible()
     assert reply.message.content == "" and reply.message.status == "interrupted"
-    assert reply.note.text().startswith("Stopped: you stopped the reply here")
+    assert reply.note.text().startswith("Stopped before the reply began")
     assert win.chat.send_button.isEnabled()
+    # Nothing to continue from: Regenerate only.
+    assert reply.regenerate_button.isVisible() and not reply.continue_button.isVisible()

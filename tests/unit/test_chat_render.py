@@ -38,6 +38,8 @@ def test_a_reply_the_user_stopped_says_stopped_and_a_crash_says_interrupted():
     stopped = Message(1, "c", "assistant", "Once", "interrupted",
                       metrics={"finish_reason": "cancelled"})  # fmt: skip
     assert status_note(stopped).startswith("Stopped: you stopped the reply here.")
+    early = Message(4, "c", "assistant", "", "interrupted", metrics={"finish_reason": "cancelled"})
+    assert status_note(early).startswith("Stopped before the reply began")
     crashed = Message(2, "c", "assistant", "Once", "interrupted",
                       metrics={"error": "the engine was killed (SIGKILL)"})  # fmt: skip
     assert status_note(crashed).startswith("Interrupted (the engine was killed (SIGKILL))")
