@@ -653,10 +653,10 @@ class Scheduler(LlamaModel):
         # callback between graph nodes shows the heartbeat it is still working (a Python
         # call per node: only in such steps).
         if chunks:
-            self._ticks_before = self.ticks
-            self._chunk_sizes = {run.request_id: len(chunk) for run, chunk in chunks}
             if any(run.cancelled for run, _ in chunks):
                 return outputs  # cancelled before the step began: the next step ends it
+            self._ticks_before = self.ticks
+            self._chunk_sizes = {run.request_id: len(chunk) for run, chunk in chunks}
             L.llama_set_abort_callback(self.ctx, self._tick_cb, None)
         try:
             rc = self._decode(batch, n, own_callback=bool(chunks))
