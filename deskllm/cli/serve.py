@@ -74,7 +74,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         stored_key,
     )
     from deskllm.server.gateway import Gateway
-    from deskllm.server.installed import InstalledModels, api_id
+    from deskllm.server.installed import InstalledModels, served_id
     from deskllm.server.model_host import ModelHost
     from deskllm.server.runner import serve
 
@@ -113,7 +113,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     library = ModelLibrary(db)
     model_path = resolve_model(Resolver(db), args.model)
     installed = library.find(model_path)
-    model_id = api_id(installed.name if installed else Path(model_path).stem)
+    model_id = served_id(installed, model_path)
     settings = settings_mod.load()
 
     def params_for(path: str) -> LoadParams:

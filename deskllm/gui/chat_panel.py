@@ -27,7 +27,7 @@ from deskllm.gui.conversation_settings import ConversationSettingsDialog
 from deskllm.gui.elided_label import ElidedLabel
 from deskllm.gui.engine_bridge import EngineBridge
 from deskllm.gui.message_view import MessageWidget
-from deskllm.gui.model_menu import ModelMenuButton, PlanSettings
+from deskllm.gui.model_menu import ModelMenuButton, PlanSettings, same_file
 from deskllm.gui.qt import (
     QDesktopServices,
     QFont,
@@ -220,13 +220,14 @@ class ChatPanel(QWidget):
         model = Path(conversation.model).name if conversation.model else "no model chosen"
         if is_remote(conversation.model):
             model = AUTO_TITLE if conversation.model == AUTO else conversation.model
-        loaded = self.model_button.current
         # The model button names the loaded model already: the header names the chat's own
         # only where it is another one (it was named twice).
-        same = (not is_remote(conversation.model) and bool(conversation.model and loaded)
-                and Path(conversation.model).resolve() == Path(loaded).resolve())  # fmt: skip
-        parts = ([] if same else [model]) + (["system prompt set"] if conversation.system_prompt
-                                              else [])  # fmt: skip
+        parts = []
+        if is_remote(conversation.model) or not same_file(conversation.model,
+                                                          self.model_button.current):
+            parts.append(model)
+        if conversation.system_prompt:
+            parts.append("system prompt set")
         self.details.setText(" · ".join(parts))
 
     def set_model_ready(self, ready: bool) -> None:
@@ -419,21 +420,25 @@ class ChatPanel(QWidget):
         if conversation_id == self.conversation_id:
             self._throttle.request()
 
-    def _on_notice(self, conversation_id: str, text: str) -> None:
-        """What the reply waits for, in its place until its first text."""
+    def _waiting_reply(self, conversation_id: str) -> MessageWidget | None:
+        """The reply of `conversation_id` being written, while it is shown and has no text
+        yet (None otherwise)."""
         stream = self._stream
         if stream is None or stream.conversation_id != conversation_id or stream.parts:
-            return
-        if conversation_id == self.conversation_id and self.widgets:
-            self.widgets[-1].set_text(f"*{text}*")
+            return None
+        if conversation_id != self.conversation_id or not self.widgets:
+            return None
+        return self.widgets[-1]
+
+    def _on_notice(self, conversation_id: str, text: str) -> None:
+        """What the reply waits for, in its place until its first text."""
+        if (reply := self._waiting_reply(conversation_id)) is not None:
+            reply.set_text(f"*{text}*")
 
     def _on_prompt_progress(self, conversation_id: str, progress: object) -> None:
         """A long prompt being read: the bar in the reply's place until its first text."""
-        stream = self._stream
-        if stream is None or stream.conversation_id != conversation_id or stream.parts:
-            return
-        if conversation_id == self.conversation_id and self.widgets:
-            self.widgets[-1].show_prompt_progress(progress)
+        if (reply := self._waiting_reply(conversation_id)) is not None:
+            reply.show_prompt_progress(progress)
 
     def _render_stream(self) -> None:
         stream = self._stream

@@ -210,10 +210,9 @@ class EngineBridge(QObject):
     def _model_id(self, model_path: str) -> str:
         """What the API calls the model: its name in the library as an id, as `deskllm serve`
         does."""
-        from deskllm.server.installed import api_id
+        from deskllm.server.installed import served_id
 
-        installed = ModelLibrary(self._db).find(model_path)
-        return api_id(installed.name if installed else Path(model_path).stem)
+        return served_id(ModelLibrary(self._db).find(model_path), model_path)
 
     def _reload(self, params: LoadParams) -> None:
         try:

@@ -22,6 +22,7 @@ from deskllm.gui.first_run_card import FirstRunCard
 from deskllm.gui.hardware_panel import HardwarePanel
 from deskllm.gui.hint_banner import HintBanner
 from deskllm.gui.live_settings import LiveSettings
+from deskllm.gui.model_menu import same_file
 from deskllm.gui.models_panel import ModelsPanel
 from deskllm.gui.qt import (
     QAction,
@@ -56,10 +57,6 @@ MODELS_HINT = (
     "You are chatting with the small starter model, so that deskllm works offline from the "
     "first minute. Larger models answer much better: see the <a href='models'>Models</a> panel."
 )
-
-
-def _same_file(a: str | None, b: str | None) -> bool:
-    return bool(a and b) and Path(a).resolve() == Path(b).resolve()
 
 
 class MainWindow(QMainWindow):
@@ -116,17 +113,10 @@ class MainWindow(QMainWindow):
         self.chat.add_notice(self.first_run)
         # A model whose chat template was refused chats in ChatML: said above the chat, not
         # in a tooltip, while that model is loaded.
-        self.template_note = QLabel(wordWrap=True)
-        self.template_note.setFrameShape(QFrame.Shape.StyledPanel)
-        self.template_note.hide()
-        self.chat.add_notice(self.template_note)
+        self.template_note = self._notice()
         # A failed reply or engine: said above the chat until the engine works again (in the
         # status bar it timed out, or stayed over the next reply's readouts).
-        self.engine_banner = QLabel(wordWrap=True)
-        self.engine_banner.setFrameShape(QFrame.Shape.StyledPanel)
-        self.engine_banner.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.engine_banner.hide()
-        self.chat.add_notice(self.engine_banner)
+        self.engine_banner = self._notice()
         right = QWidget()
         right_layout = QVBoxLayout(right)
         right_layout.setContentsMargins(0, 6, 6, 0)
@@ -254,6 +244,15 @@ class MainWindow(QMainWindow):
             self.sidebar.refresh(select=current)
             self._show_conversation(current)
 
+    def _notice(self) -> QLabel:
+        """A framed line above the chat, hidden until there is something to say."""
+        label = QLabel(wordWrap=True)
+        label.setFrameShape(QFrame.Shape.StyledPanel)
+        label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        label.hide()
+        self.chat.add_notice(label)
+        return label
+
     def _first_size(self) -> None:
         """The first start: most of the screen (3/4 of its width, 4/5 of its height), at least
         70 × 45 text lines where the screen has room, centred; a fixed size was cramped on a
@@ -310,7 +309,7 @@ class MainWindow(QMainWindow):
         """Before a reply: load the conversation's own model if another one is loaded. The
         load is queued on the bridge's thread ahead of the reply, so the reply waits for it."""
         wanted = conversation.model
-        if not wanted or _same_file(wanted, self.model_path):
+        if not wanted or same_file(wanted, self.model_path):
             return
         if not Path(wanted).is_file():
             self.statusBar().showMessage(
@@ -385,7 +384,7 @@ class MainWindow(QMainWindow):
         self.engine_banner.hide()
 
     def _is_starter(self, path: str) -> bool:
-        return any(m.source == "starter" and _same_file(m.path, path) for m in self.library.list())
+        return any(m.source == "starter" and same_file(m.path, path) for m in self.library.list())
 
     def show_discover(self) -> None:
         """The Models panel's Discover tab: the models recommended for this machine."""

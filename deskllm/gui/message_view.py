@@ -315,9 +315,10 @@ class MessageWidget(QFrame):
         """How far the prompt is read, in place of the reply until its first text."""
         if self._text:
             return  # the reply is being written: the prompt was read
+        text = progress.describe()
         self.progress.setValue(round(progress.fraction * 1000))
-        self.progress.setFormat(progress.describe())
-        self.progress.setToolTip(progress.describe())
+        self.progress.setFormat(text)
+        self.progress.setToolTip(text)
         self.progress.show()
 
     def set_text(self, text: str) -> None:

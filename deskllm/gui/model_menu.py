@@ -39,6 +39,11 @@ def _resolved(path: str | None) -> str | None:
     return str(Path(path).resolve()) if path else None
 
 
+def same_file(a: str | None, b: str | None) -> bool:
+    """Whether two model paths name one file (both given)."""
+    return bool(a and b) and Path(a).resolve() == Path(b).resolve()
+
+
 def plan_badges(paths: list[str], n_ctx: int, kv_type: str) -> dict[str, tuple[str, str]]:
     """(badge, reason) per path, for this machine; runs on a task thread (probes once)."""
     from deskllm.planner.installed_fit import plan_installed

@@ -20,6 +20,12 @@ def api_id(name: str) -> str:
     return re.sub(r"[^a-z0-9._:-]+", "-", name.lower()).strip("-") or "model"
 
 
+def served_id(installed: InstalledModel | None, model_path: str) -> str:
+    """The id the API serves a model file under: its library name's, else its file stem's
+    (`deskllm serve` and the window's server alike)."""
+    return api_id(installed.name if installed else Path(model_path).stem)
+
+
 @dataclass(frozen=True)
 class InstalledModels:
     """`list` reads the library (called in a worker thread: it may open the database);
