@@ -158,6 +158,7 @@ class Shooter:
         from deskllm import settings as settings_mod
         from deskllm.engine.client import EngineClient
         from deskllm.gui.engine_bridge import EngineBridge
+        from deskllm.gui.main_thread_gc import MainThreadGc
         from deskllm.gui.main_window import MainWindow
         from deskllm.gui.qt import QApplication, QSettings
         from deskllm.gui.theme import apply_theme
@@ -165,6 +166,10 @@ class Shooter:
 
         app = QApplication.instance() or QApplication([sys.argv[0]])
         app.setApplicationName("deskllm")
+        # As the app does (gui/app.py): reference cycles holding Qt widgets are collected on
+        # this thread only. Collected on the engine bridge's thread, a dropped message widget
+        # is destroyed off the GUI thread, and the process dies (SIGSEGV).
+        MainThreadGc(app)
         print(f"rendering on Qt's {app.platformName()} platform", flush=True)
         settings = settings_mod.load()
         apply_theme(app, settings.theme)
