@@ -179,6 +179,15 @@ class EngineClient:
         return self.loaded is not None and process is not None and process.is_alive()
 
     @property
+    def death_cause(self) -> str:
+        """Why the engine is dead, in words: from its exit status at once, since the reader
+        thread that records last_exit may not have seen the pipe close yet."""
+        process = self._process
+        if process is not None and not process.is_alive():
+            return exit_reason(process.exitcode)
+        return self.last_exit or "the engine stopped"
+
+    @property
     def conversation_ctx(self) -> int:
         """The longest conversation, in tokens (0 before a load): the slots share one pool."""
         return self.loaded.conversation_ctx if self.loaded else 0

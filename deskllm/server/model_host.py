@@ -101,7 +101,7 @@ class ModelHost:
                         or self.client.alive):  # fmt: skip
                     continue
                 self.state = HostState.RESTARTING
-                self.restart_cause = self.client.last_exit or "the engine stopped"
+                self.restart_cause = self.client.death_cause
             log.warning("%s; restarting it", self.restart_cause)
             error = self.client.revive()
             with self._state_lock:

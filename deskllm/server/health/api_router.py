@@ -21,7 +21,7 @@ async def health(request: Request) -> JSONResponse:
     body: dict[str, str] = {}
     if state == HostState.READY and host.client.params is not None and not host.client.alive:
         # Dead between a crash and the restart (the watcher's, or the next request's).
-        state, cause = HostState.RESTARTING, host.client.last_exit
+        state, cause = HostState.RESTARTING, host.client.death_cause
     if state == HostState.READY:
         return JSONResponse({"status": "ok"})
     body["status"] = str(state)
