@@ -121,7 +121,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                                     n_threads=args.threads or None)  # fmt: skip
 
     # A request naming another installed model loads it with the same settings and flags.
-    library_models = InstalledModels(_installed_models, params_for)
+    library_models = InstalledModels(_installed_models, params_for, _remove_installed)
     params = params_for(model_path)
     slots = settings.server_slots if parallel is None else parallel
     if slots == 0:
@@ -136,6 +136,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     print(f"deskllm: serving {model_id} at http://{args.host}:{args.port}/v1 with {slots} "
           f"slot{'s' if slots > 1 else ''} (loading…)", file=sys.stderr, flush=True)  # fmt: skip
     return serve(host, config)
+
+
+def _remove_installed(model) -> None:
+    """Forget an installed model and delete its file (the bundled starter file is kept)."""
+    db = open_database()
+    try:
+        ModelLibrary(db).remove(model.id, delete_file=True)
+    finally:
+        db.close()
 
 
 def _installed_models() -> list:

@@ -28,6 +28,8 @@ from deskllm.server.messages.serving import MessagesServing
 from deskllm.server.metrics import ServerMetrics
 from deskllm.server.model_host import HostState, ModelHost
 from deskllm.server.models.api_router import router as models_router
+from deskllm.server.ollama.api_router import router as ollama_router
+from deskllm.server.ollama.serving import OllamaServing
 
 log = logging.getLogger("deskllm.server")
 
@@ -80,9 +82,11 @@ def create_app(host: ModelHost, config: ServerConfig, *, load_on_start: bool = T
     app.state.messages = MessagesServing(host)
     app.state.completion = CompletionServing(host)
     app.state.embeddings = EmbeddingServing(host)
+    app.state.ollama = OllamaServing(host, app.state.chat, app.state.completion,
+                                     app.state.embeddings)  # fmt: skip
     host.queue.on_done = metrics.count_done
     routers = (models_router, chat_router, completion_router, embeddings_router, messages_router,
-               health_router)  # fmt: skip
+               health_router, ollama_router)  # fmt: skip
     for router in routers:
         app.include_router(router)
     openapi.install(app)  # what each route really answers, no 422

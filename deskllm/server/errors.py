@@ -40,11 +40,14 @@ class ApiError(Exception):
         return {"type": "error", "error": {"type": kind, "message": self.message}}
 
     def body_for(self, path: str) -> dict:
-        """Each API's clients get errors in that API's shape."""
+        """Each API's clients get errors in that API's shape: Ollama's is `{"error": "..."}`."""
+        if path.startswith(OLLAMA_PREFIX):
+            return {"error": self.message}
         return self.anthropic_body() if path.startswith(ANTHROPIC_PREFIX) else self.body()
 
 
 ANTHROPIC_PREFIX = "/v1/messages"
+OLLAMA_PREFIX = "/api/"
 _ANTHROPIC_TYPES = {
     401: "authentication_error",
     403: "permission_error",

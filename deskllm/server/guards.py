@@ -156,4 +156,6 @@ class Guards:
 
 _KNOWN_PATHS = frozenset({"/health", "/metrics", "/v1/models", "/v1/chat/completions",
                           "/v1/completions", "/v1/embeddings", "/v1/messages", "/openapi.json",
-                          "/docs"})  # fmt: skip
+                          "/docs", "/api/chat", "/api/generate", "/api/embed",
+                          "/api/embeddings", "/api/tags", "/api/show", "/api/ps",
+                          "/api/version", "/api/delete"})  # fmt: skip

@@ -29,10 +29,12 @@ def served_id(installed: InstalledModel | None, model_path: str) -> str:
 @dataclass(frozen=True)
 class InstalledModels:
     """`list` reads the library (called in a worker thread: it may open the database);
-    `params_for` gives the load parameters of a model file."""
+    `params_for` gives the load parameters of a model file; `remove` forgets a model and
+    deletes its file (Ollama's /api/delete; None: models cannot be deleted here)."""
 
     list: Callable[[], list[InstalledModel]]
     params_for: Callable[[str], LoadParams]
+    remove: Callable[[InstalledModel], None] | None = None
 
     def by_id(self) -> dict[str, InstalledModel]:
         """Every installed model whose file is there, by a unique id: its name's api_id, or its

@@ -37,6 +37,12 @@ class AnthropicError(BaseModel):  # errors.ApiError.anthropic_body()
     error: AnthropicErrorDetail
 
 
+class OllamaError(BaseModel):  # errors.ApiError.body_for("/api/...")
+    """An error of the Ollama API's routes (/api/...), as Ollama answers it."""
+
+    error: str
+
+
 class Health(BaseModel):
     """GET /health: 200 with `ok`, 503 with any other status."""
 
@@ -98,6 +104,17 @@ COMPLETION_RESPONSES = _streamed("A text_completion") | error_responses(*_GENERA
 MESSAGES_RESPONSES = _streamed("A message") | error_responses(*_GENERATION, body=AnthropicError)
 # No 499: an embedding is not cancelled when its client leaves.
 EMBEDDINGS_RESPONSES = error_responses(400, 401, 403, 404, 413, 429, 500, 502, 503)
+# Ollama's routes: a JSON object, or (streamed, Ollama's default) a line of JSON per part.
+OLLAMA_GENERATION_RESPONSES: Responses = {
+    200: {"description": "The reply; streamed (the default): one JSON object per line, the "
+                         "last with `done: true`, or `{\"error\": ...}` if the engine failed.",
+          "content": {"application/json": {"schema": {"type": "object"}},
+                      "application/x-ndjson": {"schema": {"type": "string"}}}},
+} | error_responses(*_GENERATION, body=OllamaError)  # fmt: skip
+OLLAMA_EMBED_RESPONSES = error_responses(400, 401, 403, 404, 413, 429, 500, 502, 503,
+                                         body=OllamaError)  # fmt: skip
+OLLAMA_MODEL_RESPONSES = error_responses(400, 401, 403, 404, 413, 500, 503, body=OllamaError)
+OLLAMA_LIST_RESPONSES = error_responses(*_GUARDS, body=OllamaError)
 MODELS_RESPONSES = error_responses(*_GUARDS)
 HEALTH_RESPONSES: Responses = {
     200: {"model": Health, "description": "The model is loaded and its engine runs."},

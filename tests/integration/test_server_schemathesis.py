@@ -51,13 +51,20 @@ def schema(server):
     return schemathesis.openapi.from_url(server.url + "/openapi.json", headers=AUTH, timeout=30)
 
 
-def served(body: object) -> object:
+def served(body: object, path: str) -> object:
     """The generated body naming the served model where it names one (a random name only
     reaches the 404), with a small max_tokens where it has one (or has none), so each case
-    generates a few tokens; other values, however odd, are sent as generated."""
+    generates a few tokens; other values, however odd, are sent as generated. Ollama's routes
+    (/api/...) say it as options.num_predict. /api/delete keeps its generated name: the served
+    model is refused, and nothing else is installed."""
     if isinstance(body, dict):
-        if isinstance(body.get("model"), str):
+        if isinstance(body.get("model"), str) and path != "/api/delete":
             body["model"] = MODEL
+        if path.startswith("/api/"):
+            options = body.get("options")
+            if options is None or isinstance(options, dict):
+                body["options"] = (options or {}) | {"num_predict": MAX_TOKENS}
+            return body
         for key in ("max_tokens", "max_completion_tokens"):
             value = body.get(key)
             number = type(value) in (int, float)  # pydantic takes 4096.0 as 4096
@@ -73,7 +80,8 @@ def operations(schema) -> list:
 def test_the_schema_has_every_endpoint(schema):
     paths = {op.path for op in operations(schema)}
     assert {"/v1/models", "/v1/chat/completions", "/v1/completions", "/v1/embeddings",
-            "/v1/messages", "/health", "/metrics"} <= paths  # fmt: skip
+            "/v1/messages", "/health", "/metrics", "/api/chat", "/api/generate", "/api/embed",
+            "/api/tags", "/api/show", "/api/ps", "/api/version", "/api/delete"} <= paths
 
 
 @pytest.mark.parametrize("mode", list(EXAMPLES))
@@ -91,7 +99,7 @@ def test_generated_requests_are_answered_as_documented(server, schema, mode):
                   suppress_health_check=list(HealthCheck))  # fmt: skip
         def check(case) -> None:
             if case.body is not None:
-                case.body = served(case.body)
+                case.body = served(case.body, case.path)
             started = time.monotonic()
             where = f"{case.method} {case.path} {json.dumps(case.body, default=repr)[:4000]}"
             try:
@@ -129,6 +137,10 @@ def test_refusals_are_answered_as_documented():
         ("/v1/models", "GET", None, wrong_key, 401),
         ("/health", "GET", None, {}, 503),
         ("/metrics", "GET", None, wrong_key, 401),
+        ("/api/chat", "POST", chat, AUTH, 503),
+        ("/api/tags", "GET", None, wrong_key, 401),
+        ("/api/generate", "POST", {"model": "m", "prompt": "Hi"}, AUTH | {"Host": "x.example"},
+         403),
     ]
     for path, method, body, headers, status in cases:
         operation = schema[path][method]

@@ -1,0 +1,108 @@
+"""Ollama's API on the same server and port: /api/chat, /api/generate, /api/embed,
+/api/embeddings, /api/tags, /api/show, /api/ps, /api/version, /api/delete. Errors are
+Ollama's `{"error": "..."}` (errors.ApiError.body_for)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from deskllm import __version__
+from deskllm.server.ollama import models
+from deskllm.server.ollama.protocol import (
+    OllamaChatRequest,
+    OllamaEmbeddingsRequest,
+    OllamaEmbedRequest,
+    OllamaGenerateRequest,
+    OllamaModelRequest,
+)
+from deskllm.server.ollama.serving import NDJSON, OllamaServing, model_name, ndjson
+from deskllm.server.openapi import (
+    OLLAMA_EMBED_RESPONSES,
+    OLLAMA_GENERATION_RESPONSES,
+    OLLAMA_LIST_RESPONSES,
+    OLLAMA_MODEL_RESPONSES,
+)
+
+router = APIRouter(tags=["ollama"])
+
+
+def _ndjson(lines) -> StreamingResponse:
+    return StreamingResponse(lines, media_type=NDJSON,
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+async def _one(body: dict):
+    yield ndjson(body)
+
+
+@router.post("/api/chat", responses=OLLAMA_GENERATION_RESPONSES)
+async def chat(body: OllamaChatRequest, request: Request):
+    serving: OllamaServing = request.app.state.ollama
+    started = time.monotonic()
+    backend = await request.app.state.host.use(model_name(body.model))
+    if not body.messages:  # load only
+        reply = serving.loaded_reply(model_name(body.model), chat=True)
+        return _ndjson(_one(reply)) if body.stream else reply
+    job, plan = serving.admit_chat(body, backend)  # before any byte: errors keep their status
+    if body.stream:
+        return _ndjson(serving.stream(job, plan, chat=True, started=started))
+    return await serving.whole(job, plan, chat=True, started=started,
+                               disconnected=request.is_disconnected)  # fmt: skip
+
+
+@router.post("/api/generate", responses=OLLAMA_GENERATION_RESPONSES)
+async def generate(body: OllamaGenerateRequest, request: Request):
+    serving: OllamaServing = request.app.state.ollama
+    started = time.monotonic()
+    backend = await request.app.state.host.use(model_name(body.model))
+    if not body.prompt and not body.system:  # load only
+        reply = serving.loaded_reply(model_name(body.model), chat=False)
+        return _ndjson(_one(reply)) if body.stream else reply
+    job, plan = serving.admit_generate(body, backend)
+    if body.stream:
+        return _ndjson(serving.stream(job, plan, chat=False, started=started))
+    return await serving.whole(job, plan, chat=False, started=started,
+                               disconnected=request.is_disconnected)  # fmt: skip
+
+
+@router.post("/api/embed", responses=OLLAMA_EMBED_RESPONSES)
+async def embed(body: OllamaEmbedRequest, request: Request) -> dict:
+    started = time.monotonic()
+    await request.app.state.host.use(model_name(body.model))
+    return await request.app.state.ollama.embed(body, started)
+
+
+@router.post("/api/embeddings", responses=OLLAMA_EMBED_RESPONSES)
+async def embeddings(body: OllamaEmbeddingsRequest, request: Request) -> dict:
+    await request.app.state.host.use(model_name(body.model))
+    return await request.app.state.ollama.embeddings_legacy(body)
+
+
+@router.get("/api/tags", responses=OLLAMA_LIST_RESPONSES)
+async def tags(request: Request) -> dict:
+    return await asyncio.to_thread(models.tags, request.app.state.host)
+
+
+@router.post("/api/show", responses=OLLAMA_MODEL_RESPONSES)
+async def show(body: OllamaModelRequest, request: Request) -> dict:
+    return await asyncio.to_thread(models.show, request.app.state.host, body.target())
+
+
+@router.get("/api/ps", responses=OLLAMA_LIST_RESPONSES)
+async def ps(request: Request) -> dict:
+    return await asyncio.to_thread(models.ps, request.app.state.host)
+
+
+@router.get("/api/version", responses=OLLAMA_LIST_RESPONSES)
+async def version() -> dict:
+    return {"version": __version__}
+
+
+@router.delete("/api/delete", responses=OLLAMA_MODEL_RESPONSES)
+async def delete(body: OllamaModelRequest, request: Request) -> JSONResponse:
+    await asyncio.to_thread(models.delete, request.app.state.host, body.target())
+    return JSONResponse({})
