@@ -24,12 +24,12 @@ differently):
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from hub_server import FakeHub
+
+from deskllm.llamacpp.requantize import requantize
 
 STEM = "SmolLM2-135M-Instruct"
 LADDER = ("Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q3_K_M", "Q2_K")
@@ -42,33 +42,12 @@ PLAIN_REPO = "HuggingFaceTB/SmolLM2-135M-Instruct"
 MMPROJ_NAME = f"mmproj-{STEM}-f16.gguf"
 README = b"---\nlicense: apache-2.0\ntags: [gguf]\n---\n# SmolLM2-135M-Instruct GGUF\n"
 
-# Run in a child: llama.cpp logs to fd 2 and aborts the process on a bad file.
-_QUANTIZE = """
-import ctypes, sys
-import llama_cpp
-src = sys.argv[1]
-for pair in sys.argv[2:]:
-    name, dst = pair.split("=", 1)
-    p = llama_cpp.llama_model_quantize_default_params()
-    p.ftype = getattr(llama_cpp, "LLAMA_FTYPE_MOSTLY_" + name)
-    p.allow_requantize = True
-    p.nthread = 2
-    if llama_cpp.llama_model_quantize(src.encode(), dst.encode(), ctypes.byref(p)) != 0:
-        sys.exit(f"quantizing to {name} failed")
-"""
-
 
 @pytest.fixture(scope="session")
 def quant_ladder(tmp_path_factory: pytest.TempPathFactory, starter_model: Path) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("ladder")
     paths = {label: out / f"{STEM}-{label}.gguf" for label in LADDER}
-    subprocess.run(
-        [sys.executable, "-c", _QUANTIZE, str(starter_model)]
-        + [f"{label}={path}" for label, path in paths.items()],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
+    requantize(starter_model, paths, timeout_s=300)
     paths[STARTER_LABEL] = starter_model
     return paths
 

@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "deskllm.cli.plan",
     "deskllm.cli.recommend",
     "deskllm.cli.serve",
+    "deskllm.cli.loaded",
     "deskllm.cli.remote",
     "deskllm.cli.usage",
 )

@@ -61,6 +61,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--parallel", type=int, default=None,
                    help="requests answered at once (slots of --ctx tokens each); 0: as many "
                         "as fit, up to 4; default: the server_slots setting (0)")  # fmt: skip
+    p.add_argument("--keep-alive", default="10m", metavar="DURATION",
+                   help="how long a model loaded for a request stays after its last one "
+                        "(5m, 1h, 600; -1: until the server stops); the served model never "
+                        "expires (default %(default)s)")  # fmt: skip
+    p.add_argument("--memory-budget", type=float, default=None, metavar="GIB",
+                   help="RAM in GiB that all loaded models share: a model that does not fit "
+                        "beside the others unloads the idle ones, least recently used first "
+                        "(default: the memory free when a model loads)")  # fmt: skip
     p.set_defaults(func=cmd_serve)
 
 
@@ -75,7 +83,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     )
     from deskllm.server.gateway import Gateway
     from deskllm.server.installed import InstalledModels, served_id
-    from deskllm.server.model_host import ModelHost
+    from deskllm.server.model_host import KEEP_ALIVE_S, ModelHost
     from deskllm.server.runner import serve
 
     api_key = args.api_key or None
@@ -106,6 +114,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if parallel is not None and parallel < 0
         else None
     )
+    from deskllm.server.durations import parse_duration
+
+    try:
+        keep_alive = parse_duration(args.keep_alive)
+    except ValueError as exc:
+        refusal = refusal or f"--keep-alive: {exc}"
+        keep_alive = None
+    if args.memory_budget is not None and args.memory_budget <= 0:
+        refusal = refusal or "--memory-budget must be more than 0 GiB"
     if refusal:
         print(f"deskllm: {refusal}", file=sys.stderr)
         return 2
@@ -131,8 +148,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
             slots = 1  # a bad file: the load says why
     # `auto` and the registered remote endpoints' models answer beside the local ones.
     gateway = Gateway(open_database, escalate_share(settings.router_escalate))
+    budget = int(args.memory_budget * (1 << 30)) if args.memory_budget else None
     host = ModelHost(params, model_id, max_queue=args.max_queue, open_db=open_database,
-                     parallel=slots, installed=library_models, gateway=gateway)  # fmt: skip
+                     parallel=slots, installed=library_models, gateway=gateway,
+                     keep_alive_s=KEEP_ALIVE_S if keep_alive is None else keep_alive,
+                     memory_budget=budget)  # fmt: skip
     print(f"deskllm: serving {model_id} at http://{args.host}:{args.port}/v1 with {slots} "
           f"slot{'s' if slots > 1 else ''} (loading…)", file=sys.stderr, flush=True)  # fmt: skip
     return serve(host, config)

@@ -99,6 +99,8 @@ class Job:
         # Why the server stopped it ("shutdown"): its reply ends with this finish reason
         # rather than as cancelled (which only a client that left causes).
         self.stop_reason: str | None = None
+        # The model that admitted it (replies.submit): ModelHost, or an ExtraModel beside it.
+        self.owner = None
         self._events: asyncio.Queue[Event | None] = asyncio.Queue()
 
     def push(self, event: Event | None) -> None:

@@ -20,6 +20,13 @@ def api_id(name: str) -> str:
     return re.sub(r"[^a-z0-9._:-]+", "-", name.lower()).strip("-") or "model"
 
 
+def names_model(name: str, model_id: str, path: Path, aliases: set[str]) -> bool:
+    """Whether a request's `name` means the model `model_id` loaded from `path`: its id, its
+    library name, its file name or stem, or a short name found to mean it (`aliases`)."""
+    return (name in (model_id, path.name, path.stem) or api_id(name) == model_id
+            or name in aliases)  # fmt: skip
+
+
 def served_id(installed: InstalledModel | None, model_path: str) -> str:
     """The id the API serves a model file under: its library name's, else its file stem's
     (`deskllm serve` and the window's server alike)."""

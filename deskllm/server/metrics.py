@@ -96,9 +96,10 @@ class ServerMetrics:
                         self._ttft_counts[i] += 1
 
     def render(self, waiting: int, running: int, ready: bool, restarts: int = 0,
-               kv: StatusReport | None = None) -> str:  # fmt: skip
+               kv: StatusReport | None = None, models: tuple[int, int, int] = (1, 0, 0)) -> str:
         """The Prometheus text. `kv`: the engine's status, whose KV pool figures it gives (None:
-        no engine runs)."""
+        no engine runs). `models`: models loaded, loads on demand under way (requests wait
+        for them), and models unloaded to make room for another."""
         with self._lock:
             lines = [
                 "# HELP deskllm_requests_total HTTP requests answered, by path and status.",
@@ -134,6 +135,17 @@ class ServerMetrics:
                 "# HELP deskllm_model_ready 1 once the model is loaded.",
                 "# TYPE deskllm_model_ready gauge",
                 f"deskllm_model_ready {int(ready)}",
+                "# HELP deskllm_models_loaded Models loaded: the served one and those loaded "
+                "on demand beside it.",
+                "# TYPE deskllm_models_loaded gauge",
+                f"deskllm_models_loaded {models[0]}",
+                "# HELP deskllm_models_loading Models being loaded for a request that waits.",
+                "# TYPE deskllm_models_loading gauge",
+                f"deskllm_models_loading {models[1]}",
+                "# HELP deskllm_model_evictions_total Idle models unloaded to make room for "
+                "another.",
+                "# TYPE deskllm_model_evictions_total counter",
+                f"deskllm_model_evictions_total {models[2]}",
                 "# HELP deskllm_engine_restarts_total Engines started again after one died "
                 "(crash, kill, hang).",
                 "# TYPE deskllm_engine_restarts_total counter",

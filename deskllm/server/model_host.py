@@ -2,15 +2,20 @@
 /health can answer 503 while it loads), and the queue in front of its engine, which answers
 `parallel` requests at once (its slots).
 
-With `installed` a request may name another installed model: `use()` checks it fits (the
-planner's refusal, before the served model is touched), lets the running requests finish,
-loads it in its place and answers; while it loads every other request gets 503. With a
-`gateway` it also answers `auto` (the router on the served model) and remote models
+With `installed` a request may name another installed model: `use()` loads it beside the
+served one (an ExtraModel: its own engine process, slots and queue) while the loaded models
+keep answering, after checking with the planner that it fits in what the loaded models leave
+(`memory_budget`, or the memory free now); if it does not, idle extra models are unloaded
+least recently used first until it does, and if even that is not enough it is refused with
+the planner's numbers. The served model is pinned: never unloaded. An extra model is kept for
+`keep_alive_s` after its last request (a request may say otherwise: Ollama's keep_alive).
+With a `gateway` it also answers `auto` (the router on the served model) and remote models
 (NAME/MODEL, */MODEL) through the same queue."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import threading
 import time
@@ -25,13 +30,15 @@ from deskllm.engine.errors import EngineError, ErrorKind
 from deskllm.loader import ModelLoader
 from deskllm.server import errors
 from deskllm.server.engine_queue import EngineQueue
+from deskllm.server.extra_model import ExtraModel
 from deskllm.server.gateway import Gateway
-from deskllm.server.installed import InstalledModels, api_id
+from deskllm.server.installed import InstalledModels, names_model
 
 log = logging.getLogger("deskllm.server")
 
-_DRAIN_POLL_S = 0.05
 _WATCH_S = 0.2  # how often a dead engine is looked for
+_REAP_S = 0.25  # how often expired extra models are looked for
+KEEP_ALIVE_S = 600.0  # an extra model's keep-alive after its last request (10 min)
 
 
 class HostState(StrEnum):
@@ -61,6 +68,8 @@ class ModelHost:
         installed: InstalledModels | None = None,
         owns_client: bool = True,
         gateway: Gateway | None = None,
+        keep_alive_s: float = KEEP_ALIVE_S,
+        memory_budget: int | None = None,
     ) -> None:
         self.params = params
         self.owns_client = owns_client  # False: the caller loaded `client` and closes it
@@ -84,9 +93,22 @@ class ModelHost:
         self._state_lock = threading.Lock()  # STOPPING is never undone by a load or restart
         self._closed = threading.Event()
         self._watcher: threading.Thread | None = None
+        # Models loaded on demand beside the served one, by id; changed in the event loop
+        # (use) and by the reaper thread, under _extras_lock.
+        self.extras: dict[str, ExtraModel] = {}
+        self._extras_lock = threading.Lock()
+        self.keep_alive_s = keep_alive_s
+        self.memory_budget = memory_budget  # bytes every loaded model shares; None: free RAM
+        self.footprint_bytes = 0  # the served model's RAM, as the planner counted it
+        self.evictions: list[str] = []  # extra models unloaded for memory, oldest first
+        self._reaper: threading.Thread | None = None
 
     def start_loading(self) -> None:
         threading.Thread(target=self._load, name="deskllm-api-load", daemon=True).start()
+        if self.installed is not None:
+            self._reaper = threading.Thread(target=self._reap, name="deskllm-api-keep-alive",
+                                            daemon=True)  # fmt: skip
+            self._reaper.start()
         if self.owns_client:  # the window restarts its own engine when it needs it
             self._watcher = threading.Thread(target=self._watch, name="deskllm-api-watch",
                                              daemon=True)  # fmt: skip
@@ -117,9 +139,38 @@ class ModelHost:
         with self._state_lock:
             self.state = HostState.STOPPING
 
-    def _loader(self) -> ModelLoader:
+    def _loader(self, client: EngineClient | None = None,
+                exclude: frozenset[str] = frozenset()) -> ModelLoader:  # fmt: skip
+        """A loader into `client` (the served model's by default) that plans against the
+        memory the loaded models leave (counting those in `exclude` as unloaded)."""
         db = self._open_db() if self._open_db else None
-        return ModelLoader(self.client, db=db)  # the engine's slots (the window's may be more)
+        # The engine's slots (the window's may be more); the memory the loaded models leave.
+        return ModelLoader(client or self.client, db=db,
+                           hardware=lambda: self._hardware_left(exclude))  # fmt: skip
+
+    def _hardware_left(self, exclude: frozenset[str] = frozenset()):
+        """This machine's report with the memory a new model may take: the budget less what
+        the loaded models need, or the free memory less their weights (mapped file pages,
+        which the system counts as available though the models read them)."""
+        from deskllm.planner.machine import current_hardware
+
+        report = current_hardware()
+        if report is None:
+            return None
+        with self._extras_lock:
+            extras = [e for k, e in self.extras.items() if k not in exclude]
+        primary = self.client.loaded is not None
+        if self.memory_budget is not None:
+            held = (self.footprint_bytes if primary else 0) + sum(e.footprint_bytes
+                                                                  for e in extras)  # fmt: skip
+            left = self.memory_budget - held
+        else:
+            mapped = [Path(e.params.model_path) for e in extras]
+            if primary:
+                mapped.append(Path(self.params.model_path))
+            left = report.memory.available_bytes - sum(_size(p) for p in mapped)
+        memory = dataclasses.replace(report.memory, available_bytes=max(1, left))
+        return dataclasses.replace(report, memory=memory)
 
     def serve_loaded(self, loaded: Loaded) -> None:
         """Serve what the caller already loaded into the client (no load of its own)."""
@@ -137,7 +188,9 @@ class ModelHost:
 
     def _load(self) -> None:
         try:
-            loaded = self._loader().load(self.params)
+            loader = self._loader()
+            loaded = loader.load(self.params)
+            self.footprint_bytes = _footprint(loader, self.params)
         except EngineError as exc:
             self._fail(str(exc))
         except Exception as exc:  # a bug: say so rather than serve 503 forever
@@ -157,24 +210,34 @@ class ModelHost:
     def serves(self, name: str) -> bool:
         """Whether `name` is the served model: its id, its library name, file name or file
         stem."""
-        path = Path(self.params.model_path)
-        return (name in (self.model_id, path.name, path.stem) or api_id(name) == self.model_id
-                or name in self._aliases)  # fmt: skip
+        return names_model(name, self.model_id, Path(self.params.model_path), self._aliases)
 
-    async def use(self, name: str) -> ChatBackend | None:
+    def target(self, name: str) -> ModelHost | ExtraModel:
+        """What answers a local model's `name` (after use()): an extra model that serves it,
+        else the served model (which says 404 for a name it does not serve)."""
+        with self._extras_lock:
+            extra = next((e for e in self.extras.values() if e.serves(name)), None)
+        return extra if extra is not None else self
+
+    async def use(self, name: str, keep_alive_s: float | None = None) -> ChatBackend | None:
         """What answers `name`, before a request is admitted: a gateway name's backend (the
-        router, a remote model), or None for the served model, after loading an installed
-        model `name` means in its place. Raises ApiError: 503 while a model loads, 404 for a
-        model that is not installed, 400 model_does_not_fit with the planner's numbers for
-        one this machine cannot hold."""
+        router, a remote model), or None for a local model, which target(name) then gives:
+        the served one, or an installed model loaded beside it (now, if it was not; requests
+        for it wait for the load, the other models keep answering). `keep_alive_s`: how long
+        an extra model stays after this request (Ollama's keep_alive; negative: always).
+        Raises ApiError: 503 while the served model loads, 404 for a model that is not
+        installed (admit() says it), 400 model_does_not_fit with the planner's numbers for
+        one that does not fit even with every idle extra model unloaded."""
         if self.gateway is not None and self.gateway.handles(name):
             if self.gateway.needs_local(name) and self.state != HostState.READY:
                 return None  # admit() answers 503
             return await asyncio.to_thread(self.gateway.backend, name, self.client)
         if self.installed is None or self.serves(name) or self.state == HostState.LOADING:
             return None  # admit() answers: served, 404 or 503
-        async with self._switching:
-            if self.serves(name) or self.state == HostState.LOADING:
+        if self._touch(name, keep_alive_s):
+            return None
+        async with self._switching:  # one load at a time; requests for it wait here
+            if self._touch(name, keep_alive_s) or self.state == HostState.LOADING:
                 return None
             found = await asyncio.to_thread(self.installed.find, name)
             if found is None:
@@ -183,54 +246,147 @@ class ModelHost:
             if Path(model.path).resolve() == Path(self.params.model_path).resolve():
                 self._aliases.add(name)  # a short name of the served model: nothing to load
                 return None
+            with self._extras_lock:
+                same = next((e for e in self.extras.values()
+                             if Path(e.params.model_path).resolve() == Path(model.path).resolve()),
+                            None)  # fmt: skip
+            if same is not None:
+                same.aliases.add(name)
+                same.touch(keep_alive_s)
+                return None
             params = self.installed.params_for(model.path)
+            await self._make_room(params, model_id)
+            self.loading_id = model_id
+            log.info("loading %s beside %s", model_id, self.model_id)
             try:
-                await asyncio.to_thread(self._check, params)
-            except EngineError as exc:
-                raise _load_error(model_id, exc) from None
-            # From here (in the event loop, so no request is between its check and its
-            # submit) every new request gets 503 until the switch ends.
-            self.state, self.loading_id = HostState.LOADING, model_id
-            log.info("switching from %s to %s", self.model_id, model_id)
-            await asyncio.to_thread(self._switch, params, model_id)
+                extra = await asyncio.to_thread(self._load_extra, params, model_id)
+            finally:
+                self.loading_id = None if self.state != HostState.LOADING else self.loading_id
+            extra.touch(keep_alive_s)
+            with self._extras_lock:
+                self.extras[model_id] = extra
             return None
 
-    def _check(self, params: LoadParams) -> None:
-        self._loader().check(params)
+    def loaded_extras(self) -> list[ExtraModel]:
+        """The models loaded beside the served one, least recently used first."""
+        with self._extras_lock:
+            return sorted(self.extras.values(), key=lambda e: e.last_used)
 
-    def _switch(self, params: LoadParams, model_id: str) -> None:
-        """In a worker thread: wait for the admitted requests, then load; a failed load
-        brings the previous model back. Raises ApiError for the request that asked."""
-        while self.queue.waiting + self.queue.running:
-            time.sleep(_DRAIN_POLL_S)
-        previous = (self.params, self.model_id)
+    def queues(self) -> list[EngineQueue]:
+        """Every loaded model's queue: the served one's first."""
+        return [self.queue] + [e.queue for e in self.loaded_extras()]
+
+    def _touch(self, name: str, keep_alive_s: float | None) -> bool:
+        """An extra model already loaded for `name`: mark it used."""
+        with self._extras_lock:
+            extra = next((e for e in self.extras.values() if e.serves(name)), None)
+        if extra is not None:
+            extra.touch(keep_alive_s)
+        return extra is not None
+
+    async def _make_room(self, params: LoadParams, model_id: str) -> None:
+        """Unload idle extra models, least recently used first, until the planner says
+        `params` fits; raises ApiError (400 model_does_not_fit) with its numbers when even
+        all of them unloaded would not be enough (then none is unloaded)."""
         try:
-            loaded = self._loader().load(params)
+            await asyncio.to_thread(self._check, params)
+            return
+        except EngineError as exc:
+            if exc.kind != ErrorKind.TOO_BIG:
+                raise _load_error(model_id, exc) from None
+            refusal = exc
+        with self._extras_lock:
+            idle = sorted((e for e in self.extras.values() if not e.busy),
+                          key=lambda e: e.last_used)  # fmt: skip
+        try:
+            await asyncio.to_thread(self._check, params, frozenset(e.model_id for e in idle))
+        except EngineError:
+            raise _load_error(model_id, self._budget_note(refusal)) from None
+        for victim in idle:
+            with self._extras_lock:
+                if victim.busy or self.extras.get(victim.model_id) is not victim:
+                    continue  # taken meanwhile: it stays
+                del self.extras[victim.model_id]
+            log.info("unloading %s (least recently used) to make room for %s",
+                     victim.model_id, model_id)  # fmt: skip
+            self.evictions.append(victim.model_id)
+            await asyncio.to_thread(victim.close)
+            try:
+                await asyncio.to_thread(self._check, params)
+                return
+            except EngineError as exc:
+                refusal = exc
+        raise _load_error(model_id, self._budget_note(refusal))
+
+    def _budget_note(self, exc: EngineError) -> EngineError:
+        if self.memory_budget is None:
+            return exc
+        gib = 1 << 30
+        with self._extras_lock:
+            held = self.footprint_bytes + sum(e.footprint_bytes for e in self.extras.values())
+        return EngineError(f"{exc.reason} (the server's memory budget is "
+                           f"{self.memory_budget / gib:.2f} GiB, {held / gib:.2f} GiB of it held "
+                           "by the loaded models that are answering or pinned)",
+                           exc.kind)  # fmt: skip
+
+    def _check(self, params: LoadParams, exclude: frozenset[str] = frozenset()) -> None:
+        self._loader(exclude=exclude).check(params)
+
+    def _load_extra(self, params: LoadParams, model_id: str) -> ExtraModel:
+        """In a worker thread: a fresh engine with `params`' model. Raises ApiError."""
+        client = EngineClient(self.parallel)
+        loader = self._loader(client)
+        try:
+            loaded = loader.load(params)
         except Exception as exc:
+            client.close()
             if not isinstance(exc, EngineError):
                 log.exception("loading %s failed", model_id)
                 exc = EngineError(f"loading failed: {exc}", ErrorKind.ERROR)
-            self._restore(*previous)
             raise _load_error(model_id, exc) from None
-        self.params, self.model_id = params, model_id
-        self._aliases.clear()
-        self._loaded(loaded)
+        queue = EngineQueue(client, self.queue.max_waiting, self.parallel)
+        queue.on_done = self.queue.on_done  # the same metrics
+        log.info("serving %s beside %s (%d-token context)", model_id, self.model_id,
+                 loaded.conversation_ctx)  # fmt: skip
+        return ExtraModel(model_id, loader.last_check.params if loader.last_check else params,
+                          client, queue, loaded.conversation_ctx,
+                          _footprint(loader, params), self.keep_alive_s,
+                          installed=self.installed)  # fmt: skip
 
-    def _restore(self, params: LoadParams, model_id: str) -> None:
-        self.loading_id = model_id
-        try:
-            loaded = self._loader().load(params)
-        except Exception as exc:  # nothing is served now; a later request may load another
-            log.exception("reloading %s failed", model_id)
-            self.failure = f"{model_id} could not be loaded again: {exc}"
-            self.state = HostState.FAILED
-            return
-        self._loaded(loaded)
+    def unload(self, name: str) -> bool:
+        """Unload the extra model `name` means now (Ollama's keep_alive 0 with no prompt);
+        False when none is loaded. Its running replies end first."""
+        with self._extras_lock:
+            extra = next((e for e in self.extras.values() if e.serves(name)), None)
+            if extra is not None:
+                del self.extras[extra.model_id]
+        if extra is not None:
+            extra.close()
+        return extra is not None
+
+    def _reap(self) -> None:
+        """Unload extra models whose keep-alive ran out while idle."""
+        while not self._closed.wait(_REAP_S):
+            now = time.monotonic()
+            with self._extras_lock:
+                expired = [e for e in self.extras.values() if e.expired(now)]
+                for extra in expired:
+                    del self.extras[extra.model_id]
+            for extra in expired:
+                log.info("unloading %s: idle for its keep-alive (%.0f s)", extra.model_id,
+                         extra.keep_alive_s)  # fmt: skip
+                extra.close()
 
     def close(self) -> None:
         self._closed.set()
         if self._watcher is not None:
             self._watcher.join()  # a restart under way ends before the engine is closed
+        if self._reaper is not None:
+            self._reaper.join()
+        with self._extras_lock:
+            extras, self.extras = list(self.extras.values()), {}
+        for extra in extras:
+            extra.close()
         self.queue.close()
         if self.gateway is not None:
             self.gateway.close()
@@ -247,3 +403,24 @@ def _load_error(model_id: str, exc: EngineError) -> errors.ApiError:
     return errors.ApiError(500, f"{model_id} could not be loaded: {exc.reason}",
                            type="server_error", param="model",
                            code="model_load_failed")  # fmt: skip
+
+
+def keep_alive(ttl: int | None) -> float | None:
+    """LM Studio's `ttl` (seconds; -1: keep) as use()'s keep_alive_s."""
+    return None if ttl is None else float(ttl)
+
+
+def _footprint(loader: ModelLoader, params: LoadParams) -> int:
+    """The RAM the planner counted for the load `loader` just made (its file size without a
+    plan)."""
+    check = loader.last_check
+    if check is not None and check.plan is not None:
+        return check.plan.estimate.ram_bytes
+    return _size(Path(params.model_path))
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0

@@ -50,6 +50,8 @@ class Health(BaseModel):
     model: str | None = Field(None, description="loading: the model being loaded")
     cause: str | None = Field(None, description="restarting: why the engine stopped")
     error: str | None = Field(None, description="error: why the model could not be loaded")
+    loading: list[str] | None = Field(None, description="ok: models being loaded beside the "
+                                      "served one for requests that wait for them")
 
 
 class ServerSentEvent(BaseModel):  # an `itemSchema`, as FastAPI writes SSE routes' own

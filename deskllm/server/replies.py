@@ -14,6 +14,7 @@ from fastapi.responses import StreamingResponse
 from deskllm.engine.domain import Done, Error, Exited, TextDelta
 from deskllm.server import errors
 from deskllm.server.engine_queue import ChatRequest, EmbedRequest, Job, QueueFull
+from deskllm.server.extra_model import ExtraModel
 from deskllm.server.model_host import ModelHost
 
 DISCONNECT_POLL_S = 0.5
@@ -52,11 +53,19 @@ def utf8(text: str, param: str) -> str:
     return text
 
 
-def submit(host: ModelHost, request: ChatRequest | EmbedRequest) -> Job:
+def submit(target: ModelHost | ExtraModel, request: ChatRequest | EmbedRequest) -> Job:
+    """Queue `request` on `target`'s engine (the served model or one beside it)."""
     try:
-        return host.queue.submit(request)
+        job = target.queue.submit(request)
     except QueueFull as exc:
         raise errors.queue_full(exc.waiting, retry_after_s=1 + exc.waiting) from None
+    job.owner = target
+    return job
+
+
+def cancel(job: Job) -> None:
+    """Stop a job on the engine that runs it."""
+    job.owner.queue.cancel(job)
 
 
 async def final_reply(
@@ -86,7 +95,7 @@ async def final_reply(
                 final = event
     finally:
         if final is None:
-            host.queue.cancel(job)
+            (job.owner or host).queue.cancel(job)
     if gone:
         raise errors.ApiError(499, "the client closed the request", type="client_closed")
     if not isinstance(final, Done):
@@ -95,9 +104,11 @@ async def final_reply(
 
 
 def answering_model(host: ModelHost, job: Job) -> str:
-    """The model a response names: the served model's id, or the gateway name asked for."""
+    """The model a response names: the id of the model that answers (the served one or one
+    loaded beside it), or the gateway name asked for."""
+    model_id = (job.owner or host).model_id
     backend = getattr(job.request, "backend", None)  # EmbedRequest has none
-    return (backend.label or host.model_id) if backend is not None else host.model_id
+    return (backend.label or model_id) if backend is not None else model_id
 
 
 def engine_error(event: Error | Exited | None) -> errors.ApiError:

@@ -66,19 +66,23 @@ class GracefulServer(uvicorn.Server):
         threading.Thread(target=self._drain, name="deskllm-api-drain", daemon=True).start()
 
     def _drain(self) -> None:
-        queue = self.host.queue
-        busy = queue.running + queue.waiting
-        if busy:
-            print(f"deskllm: stopping: {busy} request{'s' if busy > 1 else ''} may finish for "
+        queues = self.host.queues()  # the served model's and each model's loaded beside it
+
+        def busy() -> int:
+            return sum(q.running + q.waiting for q in queues)
+
+        if n := busy():
+            print(f"deskllm: stopping: {n} request{'s' if n > 1 else ''} may finish for "
                   f"up to {self.grace_s:g} s (a second signal stops them now)",
                   file=sys.stderr, flush=True)  # fmt: skip
         deadline = time.monotonic() + self.grace_s
-        while queue.running + queue.waiting and time.monotonic() < deadline:
+        while busy() and time.monotonic() < deadline:
             if self._hurry.wait(_POLL_S):
                 break
-        queue.stop_all("shutdown")
+        for queue in queues:
+            queue.stop_all("shutdown")
         flushed = time.monotonic() + FLUSH_S
-        while queue.running + queue.waiting and time.monotonic() < flushed:
+        while busy() and time.monotonic() < flushed:
             time.sleep(_POLL_S)
         self.should_exit = True
 

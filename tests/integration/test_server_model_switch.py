@@ -1,6 +1,8 @@
-"""`deskllm serve` loads the installed model a request names: with the single engine and with
-`--parallel`, while /health says 503; one the planner says cannot fit is refused with its
-numbers and the served model stays; an unknown one is 404. Driven by the `openai` SDK."""
+"""`deskllm serve` loads the installed model a request names beside the served one (its own
+engine), with one slot and with `--parallel`, while the served model keeps answering; one the
+planner says cannot fit is refused with its numbers; under a memory budget idle models are
+unloaded least recently used first and a busy one never; a killed engine of one model leaves
+the other streaming; an unknown model is 404. Driven by the `openai` SDK."""
 
 from __future__ import annotations
 
@@ -72,11 +74,11 @@ def test_models_lists_every_installed_model_and_marks_the_loaded_one(server):
     assert second.model_extra["context_length"] > 0 and second.owned_by == "deskllm"
 
 
-def test_a_request_naming_another_installed_model_loads_it(server):
+def test_a_request_naming_another_installed_model_loads_it_beside(server):
     client = sdk(server)
     running: dict = {}
 
-    def long_reply() -> None:  # on the starter, admitted before the switch: it finishes
+    def long_reply() -> None:  # on the starter while the second model loads: never cut
         text = []
         for chunk in client.chat.completions.create(
             model=STARTER, messages=ASK, stream=True, temperature=0, max_tokens=96,
@@ -87,8 +89,8 @@ def test_a_request_naming_another_installed_model_loads_it(server):
             text.extend(c.delta.content or "" for c in chunk.choices)
         running["text"] = "".join(text)
 
-    def switch() -> None:
-        running["switched"] = client.chat.completions.create(  # by its library name
+    def load_second() -> None:
+        running["second"] = client.chat.completions.create(  # by its library name
             model=SECOND_NAME, messages=ASK, temperature=0, max_tokens=8
         )
 
@@ -96,29 +98,64 @@ def test_a_request_naming_another_installed_model_loads_it(server):
     first.start()
     while "first" not in running and first.is_alive():
         time.sleep(0.01)
-    second = threading.Thread(target=switch)
+    second = threading.Thread(target=load_second)
     second.start()
-    statuses = set()
+    statuses, during = set(), []
     while second.is_alive():
         statuses.add(health(server))
-        if 503 in statuses and "refused" not in running:
-            with pytest.raises(openai.InternalServerError) as refused:  # 503 while it loads
-                client.chat.completions.create(model=STARTER, messages=ASK, max_tokens=4)
-            running["refused"] = refused.value
+        if not during:  # the served model answers while the other loads
+            during.append(client.chat.completions.create(model=STARTER, messages=ASK,
+                                                         max_tokens=4))  # fmt: skip
         time.sleep(0.02)
     first.join(60)
-    assert 503 in statuses, "/health never said 503 while the second model loaded"
-    assert running["refused"].status_code == 503
-    assert running["refused"].body["code"] == "model_loading"
+    assert statuses == {200}, "/health must stay ok: the served model never stopped"
+    assert during[0].model == STARTER and during[0].choices[0].message.content is not None
     assert running["model"] == STARTER and running["text"]  # the running reply was not cut
-    reply = running["switched"]
+    reply = running["second"]
     assert reply.model == SECOND and reply.choices[0].message.content.strip()
-    assert health(server) == 200
-    assert loaded_flags(client)[SECOND] is True and loaded_flags(client)[STARTER] is False
-    # And back, by file name this time.
+    flags = loaded_flags(client)
+    assert flags[SECOND] is True and flags[STARTER] is True
+    cards = {c.id: c.model_extra for c in client.models.list().data}
+    assert cards[STARTER]["pinned"] is True and cards[STARTER]["keep_alive_left_s"] is None
+    assert cards[SECOND]["pinned"] is False and 590 < cards[SECOND]["keep_alive_left_s"] <= 600
+    assert cards[SECOND]["memory_bytes"] > 100_000_000 and cards[SECOND]["slots"] >= 1
+    # Both answer without a reload, the served one also by its file name.
     back = client.chat.completions.create(model="SmolLM2-135M-Instruct.Q4_1.gguf",
                                           messages=ASK, max_tokens=4)  # fmt: skip
     assert back.model == STARTER
+    assert client.chat.completions.create(model=SECOND, messages=ASK, max_tokens=4).model == SECOND
+    # LM Studio's ttl: this request's keep-alive, in seconds.
+    client.chat.completions.create(model=SECOND, messages=ASK, max_tokens=2, extra_body={"ttl": 30})
+    left = {c.id: c.model_extra for c in client.models.list().data}[SECOND]["keep_alive_left_s"]
+    assert 25 < left <= 30
+
+
+def test_killing_one_models_engine_leaves_the_other_streaming(server):
+    client = sdk(server)
+    client.chat.completions.create(model=SECOND, messages=ASK, max_tokens=2)  # loaded
+    engines = {p.pid: p for p in psutil.Process(server.process.pid).children(recursive=True)}
+    assert len(engines) >= 2, "one engine process per loaded model"
+    text = []
+    stream = client.chat.completions.create(model=STARTER, messages=ASK, stream=True,
+                                            temperature=0, max_tokens=64,
+                                            extra_body={"ignore_eos": True})  # fmt: skip
+    for i, chunk in enumerate(stream):
+        text.extend(c.delta.content or "" for c in chunk.choices)
+        if i == 2:  # mid-stream: kill the second model's engine
+            second_pid = _engine_of(server, SECOND)
+            psutil.Process(second_pid).kill()
+    assert len("".join(text)) > 20  # the starter's stream went on to its end
+    again = client.chat.completions.create(model=SECOND, messages=ASK, max_tokens=4)
+    assert again.model == SECOND and again.choices[0].message.content is not None
+
+
+def _engine_of(server, model_id: str) -> int:
+    """The engine process that holds `model_id`'s file mapped."""
+    for child in psutil.Process(server.process.pid).children(recursive=True):
+        paths = {m.path for m in child.memory_maps()}
+        if any("Q8_0" in p for p in paths) == (model_id == SECOND):
+            return child.pid
+    raise AssertionError(f"no engine holds {model_id}")
 
 
 def test_a_model_that_cannot_fit_is_refused_with_the_planners_numbers(server):
@@ -152,22 +189,61 @@ def test_parallel_slots_load_another_model_too(tmp_path, session_home, extra_buf
         replies: list = [None, None]
 
         def ask(i: int) -> None:
-            try:
-                replies[i] = client.chat.completions.create(
-                    model=SECOND, messages=ASK, temperature=0, max_tokens=8
-                )
-            except openai.InternalServerError as exc:
-                replies[i] = exc
+            replies[i] = client.chat.completions.create(
+                model=SECOND, messages=ASK, temperature=0, max_tokens=8
+            )
 
         threads = [threading.Thread(target=ask, args=(i,)) for i in range(2)]
         for t in threads:
             t.start()
         for t in threads:
             t.join(120)
-        # One request loads it; the other waits for that load or is told 503 (retry later).
-        answered = [r for r in replies if not isinstance(r, openai.APIError)]
-        assert answered and all(r.model == SECOND for r in answered)
-        assert all(r.status_code == 503 for r in replies if isinstance(r, openai.APIError))
-        assert loaded_flags(client) == {SECOND: True, STARTER: False, "auto": True}
-        again = client.chat.completions.create(model=SECOND, messages=ASK, max_tokens=4)
-        assert again.model == SECOND and again.choices[0].message.content is not None
+        # One request loads it; the other waits for that load and is answered by it.
+        assert all(r is not None and r.model == SECOND for r in replies)
+        assert loaded_flags(client) == {SECOND: True, STARTER: True, "auto": True}
+        cards = {c.id: c.model_extra for c in client.models.list().data}
+        assert cards[SECOND]["slots"] == 2
+
+
+def test_a_memory_budget_unloads_idle_models_least_recently_used_first(
+        tmp_path, session_home, extra_bufts, quant_ladder, server):  # fmt: skip
+    """Three models under a budget that holds the served one and one more: each load unloads
+    the idle one used longest ago; a busy model is never unloaded (the load is refused with
+    the planner's numbers and the budget)."""
+    sizes = {c.id: c.model_extra["memory_bytes"] for c in sdk(server).models.list().data
+             if c.model_extra["loaded"]}  # fmt: skip
+    assert sizes[STARTER] and sizes[SECOND]
+    home = tmp_path / "budget-home"
+    library_home(home, quant_ladder["Q8_0"])
+    db = open_database(home / "deskllm.sqlite3")
+    try:
+        ModelLibrary(db).add(quant_ladder["Q6_K"], name="SmolLM2 requantized (Q6_K)")
+    finally:
+        db.close()
+    third = "smollm2-requantized-q6_k"
+    budget = (sizes[STARTER] + 1.3 * sizes[SECOND]) / (1 << 30)  # Q6_K is smaller than Q8_0
+    with running_server(home, session_home, "--api-key", API_KEY,
+                        "--memory-budget", f"{budget:.4f}") as srv:  # fmt: skip
+        client = sdk(srv)
+        order = []
+        for model in (SECOND, third, SECOND):
+            reply = client.chat.completions.create(model=model, messages=ASK, max_tokens=4)
+            assert reply.model == model
+            flags = loaded_flags(client)
+            order.append(sorted(m for m in (SECOND, third) if flags[m]))
+            assert flags[STARTER] is True  # pinned
+        assert order == [[SECOND], [third], [SECOND]]  # one at a time: each evicted the other
+        metrics = httpx2.get(srv.url + "/metrics", headers={"Authorization": f"Bearer {API_KEY}"})
+        assert "deskllm_model_evictions_total 2" in metrics.text
+        assert "deskllm_models_loaded 2" in metrics.text
+        # Busy: the second model streams, so the third cannot evict it and is refused.
+        stream = client.chat.completions.create(model=SECOND, messages=ASK, stream=True,
+                                                max_tokens=200,
+                                                extra_body={"ignore_eos": True})  # fmt: skip
+        next(iter(stream))
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.chat.completions.create(model=third, messages=ASK, max_tokens=4)
+        assert refused.value.code == "model_does_not_fit"
+        assert "memory budget" in refused.value.body["message"]
+        assert sum(len(c.choices[0].delta.content or "") for c in stream if c.choices) > 0
+        assert loaded_flags(client)[SECOND] is True

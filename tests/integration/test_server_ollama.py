@@ -7,7 +7,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx2
@@ -183,12 +188,72 @@ def test_tags_show_ps_and_version(client, server):
     assert version.json()["version"]
 
 
-def test_a_request_naming_another_installed_model_loads_it(client):
+def loaded(client) -> dict[str, str]:
+    """The models /api/ps lists, with their expires_at."""
+    return {m.model: m.expires_at.isoformat() for m in client.ps().models}
+
+
+def wait_unloaded(client, model: str, within_s: float = 10.0) -> None:
+    deadline = time.monotonic() + within_s
+    while model in loaded(client):
+        assert time.monotonic() < deadline, f"{model} still loaded after {within_s} s"
+        time.sleep(0.1)
+
+
+def test_another_installed_model_loads_beside_the_served_one(client):
     reply = client.chat(model=SECOND, messages=ASK, options=GREEDY)
     assert reply.model == SECOND and reply.message.content
-    assert [m.model for m in client.ps().models] == [SECOND]
+    now = loaded(client)
+    assert list(now) == [STARTER, SECOND]  # the served model stays, pinned
+    assert now[STARTER].startswith("9999")
+    expires = datetime.fromisoformat(now[SECOND])  # the default keep-alive: 10 minutes
+    assert timedelta(minutes=9) < expires - datetime.now(UTC) <= timedelta(minutes=10)
     back = client.chat(model=STARTER, messages=ASK, options=GREEDY)
-    assert back.model == STARTER and [m.model for m in client.ps().models] == [STARTER]
+    assert back.model == STARTER and list(loaded(client)) == [STARTER, SECOND]
+    forever = client.chat(model=SECOND, messages=ASK, options=GREEDY, keep_alive=-1)
+    assert forever.model == SECOND and loaded(client)[SECOND].startswith("9999")
+
+
+def test_keep_alive_zero_unloads(client):
+    client.generate(model=SECOND, keep_alive="5m")  # load only
+    assert SECOND in loaded(client)
+    unload = client.generate(model=SECOND, keep_alive=0)
+    assert unload.done_reason == "unload" and SECOND not in loaded(client)
+    reply = client.chat(model=SECOND, messages=ASK, options=GREEDY, keep_alive=0)
+    assert reply.model == SECOND and reply.message.content  # loaded for it, then let go
+    wait_unloaded(client, SECOND)
+    with pytest.raises(ollama.ResponseError) as pinned:
+        client.generate(model=STARTER, keep_alive=0)
+    assert pinned.value.status_code == 400 and "stays loaded" in pinned.value.error
+    assert STARTER in loaded(client)
+
+
+def deskllm_cli(server, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "deskllm", *args, "--url", server.url],
+                          env=os.environ | {"DESKLLM_API_KEY": API_KEY}, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+
+
+def test_ps_and_unload_on_the_command_line(client, server):
+    client.generate(model=SECOND, keep_alive="5m")
+    listed = deskllm_cli(server, "ps", "--json")
+    assert listed.returncode == 0, listed.stderr
+    models = {m["id"]: m for m in json.loads(listed.stdout)["models"]}
+    assert set(models) == {STARTER, SECOND}
+    assert models[STARTER]["pinned"] and models[STARTER]["keep_alive_left_s"] is None
+    assert 240 < models[SECOND]["keep_alive_left_s"] <= 300 and models[SECOND]["memory_bytes"]
+    table = deskllm_cli(server, "ps").stdout.splitlines()
+    assert table[0].split() == ["MODEL", "MEMORY", "SLOTS", "CONTEXT", "UNLOADS"]
+    assert any(line.startswith(SECOND) and line.endswith("in 5 min") for line in table)
+    pinned = deskllm_cli(server, "unload", STARTER)
+    assert pinned.returncode == 1 and "stays loaded" in pinned.stderr
+    unloaded = deskllm_cli(server, "unload", "--all")
+    assert unloaded.returncode == 0 and f"unloaded {SECOND}" in unloaded.stdout
+    assert list(loaded(client)) == [STARTER]
+    wrong = subprocess.run([sys.executable, "-m", "deskllm", "ps", "--url", server.url],
+                           env=os.environ | {"DESKLLM_API_KEY": "wrong"}, capture_output=True,
+                           text=True, timeout=120)  # fmt: skip
+    assert wrong.returncode == 1 and "401" in wrong.stderr
 
 
 def test_errors_come_in_ollamas_shape(client, server):

@@ -6,6 +6,7 @@ from fastapi import APIRouter, Request
 
 from deskllm.server.chat_completion.protocol import ChatCompletion, ChatCompletionRequest
 from deskllm.server.chat_completion.serving import ChatCompletionServing
+from deskllm.server.model_host import keep_alive
 from deskllm.server.openapi import CHAT_RESPONSES
 from deskllm.server.replies import event_stream
 
@@ -17,7 +18,7 @@ router = APIRouter()
 async def chat_completions(body: ChatCompletionRequest, request: Request):
     serving: ChatCompletionServing = request.app.state.chat
     # An installed model is loaded first; `auto` and remote models answer through a backend.
-    backend = await request.app.state.host.use(body.model)
+    backend = await request.app.state.host.use(body.model, keep_alive(body.ttl))
     job, plan = serving.admit(body, backend)  # before any byte is sent: errors keep their status
     if body.stream:
         return event_stream(serving.stream(body, job, plan))

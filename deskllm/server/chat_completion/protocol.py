@@ -118,6 +118,9 @@ class ChatCompletionRequest(BaseModel):
     ignore_eos: bool = False
     # llama-server's: while a long prompt is read, stream chunks carrying `prompt_progress`.
     return_progress: bool = False
+    # LM Studio's: seconds a model loaded on demand for this request stays after it (-1:
+    # as long as the server runs); unset: the server's --keep-alive.
+    ttl: int | None = Field(default=None, ge=-1)
 
 
 class Usage(BaseModel):

@@ -47,6 +47,7 @@ from deskllm.server.model_host import ModelHost
 from deskllm.server.models.serving import check_gateway_request, check_target
 from deskllm.server.replies import (
     answering_model,
+    cancel,
     conversation_id,
     engine_error,
     final_reply,
@@ -175,7 +176,8 @@ class ChatCompletionServing:
         """Check the request and queue it: raises ApiError (400, 404, 429, 503). Returns the
         job and what its tools ask, for complete() or stream(). `backend`: what answers a
         gateway name (ModelHost.use), None for the served model."""
-        n_ctx = check_target(self.host, req.model, backend)
+        target = self.host.target(req.model) if backend is None else self.host
+        n_ctx = check_target(target, req.model, backend)
         check_supported(req)
         plan = plan_tools(req)
         if backend is not None:
@@ -190,7 +192,7 @@ class ChatCompletionServing:
             tools_json=plan.tools_json,
             backend=backend,
         )
-        return submit(self.host, request), plan
+        return submit(target, request), plan
 
     async def complete(
         self,
@@ -290,7 +292,7 @@ class ChatCompletionServing:
         finally:
             if not finished:
                 with contextlib.suppress(Exception):
-                    self.host.queue.cancel(job)
+                    cancel(job)
 
 
 def progress_chunk(chunk_id: str, created: int, model: str, event: PromptProgress) -> str:

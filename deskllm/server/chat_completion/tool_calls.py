@@ -31,6 +31,15 @@ class ToolCall:
     name: str
     arguments: str  # JSON text, as OpenAI sends it
 
+    def arguments_object(self) -> dict:
+        """The arguments as an object, as Anthropic's and Ollama's APIs give them; arguments
+        that are not a JSON object are given whole under "arguments"."""
+        try:
+            arguments = json.loads(self.arguments)
+        except json.JSONDecodeError:
+            return {"arguments": self.arguments}
+        return arguments if isinstance(arguments, dict) else {"arguments": arguments}
+
 
 @dataclass(frozen=True)
 class ParsedReply:

@@ -6,6 +6,7 @@ from fastapi import APIRouter, Request
 
 from deskllm.server.completion.protocol import Completion, CompletionRequest
 from deskllm.server.completion.serving import CompletionServing
+from deskllm.server.model_host import keep_alive
 from deskllm.server.models.serving import check_local_only
 from deskllm.server.openapi import COMPLETION_RESPONSES
 from deskllm.server.replies import event_stream
@@ -17,7 +18,8 @@ router = APIRouter()
              responses=COMPLETION_RESPONSES)  # fmt: skip
 async def completions(body: CompletionRequest, request: Request):
     serving: CompletionServing = request.app.state.completion
-    backend = await request.app.state.host.use(body.model)  # an installed model: loaded first
+    # An installed model is loaded first (kept `ttl` seconds after, where the request says).
+    backend = await request.app.state.host.use(body.model, keep_alive(body.ttl))
     check_local_only(body.model, backend)
     job = serving.admit(body)  # before any byte is sent: errors keep their status
     if body.stream:

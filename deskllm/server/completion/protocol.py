@@ -15,6 +15,9 @@ class CompletionRequest(BaseModel):
 
     model: str
     prompt: str | list[str]
+    # LM Studio's: seconds a model loaded on demand for this request stays after it (-1:
+    # as long as the server runs); unset: the server's --keep-alive.
+    ttl: int | None = Field(default=None, ge=-1)
     stream: bool = False
     stream_options: StreamOptions | None = None
     max_tokens: int | None = Field(default=16, ge=1)  # OpenAI's default; null: fill the context

@@ -22,7 +22,15 @@ from deskllm.server.engine_queue import ChatRequest, Job
 from deskllm.server.logprobs import completion_logprobs
 from deskllm.server.model_host import ModelHost
 from deskllm.server.models.serving import check_model, check_ready
-from deskllm.server.replies import conversation_id, engine_error, final_reply, sse, submit, utf8
+from deskllm.server.replies import (
+    cancel,
+    conversation_id,
+    engine_error,
+    final_reply,
+    sse,
+    submit,
+    utf8,
+)
 
 # Cancelled replies only happen when the client has gone; a full context is a length.
 _FINISH = {"stop": "stop", "length": "length", "context_full": "length", "cancelled": "stop",
@@ -66,14 +74,15 @@ class CompletionServing:
 
     def admit(self, req: CompletionRequest) -> Job:
         """Check the request and queue it: raises ApiError (400, 404, 429, 503)."""
-        check_ready(self.host)
-        check_model(self.host, req.model)
+        target = self.host.target(req.model)
+        check_ready(target)
+        check_model(target, req.model)
         check_supported(req)
         request = ChatRequest(
-            conversation_id(req.user), (), to_sampling(req, self.host.n_ctx),
+            conversation_id(req.user), (), to_sampling(req, target.n_ctx),
             raw_prompt=prompt_text(req),
         )  # fmt: skip
-        return submit(self.host, request)
+        return submit(target, request)
 
     def _logprobs(self, req: CompletionRequest, entries, offset: int = 0):
         if req.logprobs is None:
@@ -94,7 +103,7 @@ class CompletionServing:
             logprobs=self._logprobs(req, entries),
         )
         return Completion(
-            id=f"cmpl-{uuid.uuid4().hex}", created=int(time.time()), model=self.host.model_id,
+            id=f"cmpl-{uuid.uuid4().hex}", created=int(time.time()), model=job.owner.model_id,
             choices=[choice], usage=usage(final.metrics), timings=timings(final.metrics),
         )  # fmt: skip
 
@@ -105,7 +114,7 @@ class CompletionServing:
         offset = 0
 
         def chunk(choices: list[CompletionChoice], **extra) -> str:
-            body = Completion(id=chunk_id, created=created, model=self.host.model_id,
+            body = Completion(id=chunk_id, created=created, model=job.owner.model_id,
                               choices=choices, **extra)  # fmt: skip
             return sse(body.model_dump(exclude_none=True))
 
@@ -132,4 +141,4 @@ class CompletionServing:
         finally:
             if not finished:
                 with contextlib.suppress(Exception):
-                    self.host.queue.cancel(job)
+                    cancel(job)

@@ -13,6 +13,9 @@ class EmbeddingRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     model: str
+    # LM Studio's: seconds a model loaded on demand for this request stays after it (-1:
+    # as long as the server runs); unset: the server's --keep-alive.
+    ttl: int | None = Field(default=None, ge=-1)
     input: str | list[str] = Field(union_mode="left_to_right")
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = Field(default=None, ge=1)

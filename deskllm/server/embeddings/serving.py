@@ -47,12 +47,13 @@ class EmbeddingServing:
 
     def admit(self, req: EmbeddingRequest) -> Job:
         """Check the request and queue it: raises ApiError (400, 404, 429, 503)."""
-        check_ready(self.host)
-        check_model(self.host, req.model)
+        target = self.host.target(req.model)
+        check_ready(target)
+        check_model(target, req.model)
         if req.dimensions is not None:
             raise errors.bad_request("dimensions is not supported: the model's own size is "
                                      "returned.", param="dimensions")  # fmt: skip
-        return submit(self.host, EmbedRequest(texts_of(req)))
+        return submit(target, EmbedRequest(texts_of(req)))
 
     async def complete(self, req: EmbeddingRequest, job: Job) -> EmbeddingList:
         final = None
@@ -69,4 +70,4 @@ class EmbeddingServing:
             for i, v in enumerate(final.vectors)
         ]
         usage = EmbeddingUsage(prompt_tokens=final.prompt_tokens, total_tokens=final.prompt_tokens)
-        return EmbeddingList(data=data, model=self.host.model_id, usage=usage)
+        return EmbeddingList(data=data, model=job.owner.model_id, usage=usage)

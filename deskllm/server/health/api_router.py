@@ -23,6 +23,8 @@ async def health(request: Request) -> JSONResponse:
         # Dead between a crash and the restart (the watcher's, or the next request's).
         state, cause = HostState.RESTARTING, host.client.death_cause
     if state == HostState.READY:
+        if host.loading_id is not None:  # a model loads on demand; its requests wait
+            return JSONResponse({"status": "ok", "loading": [host.loading_id]})
         return JSONResponse({"status": "ok"})
     body["status"] = str(state)
     if state == HostState.LOADING and host.loading_id:
@@ -38,9 +40,14 @@ async def health(request: Request) -> JSONResponse:
 async def metrics(request: Request) -> PlainTextResponse:
     host = request.app.state.host
     engine = await asyncio.to_thread(host.client.status)  # a pipe round trip: off the loop
+    extras = host.loaded_extras()
+    queues = [host.queue] + [e.queue for e in extras]
     text = request.app.state.metrics.render(
-        waiting=host.queue.waiting, running=host.queue.running,
-        ready=host.state == HostState.READY, restarts=host.client.restarts,
-        kv=engine,
+        waiting=sum(q.waiting for q in queues), running=sum(q.running for q in queues),
+        ready=host.state == HostState.READY,
+        restarts=host.client.restarts + sum(e.client.restarts for e in extras), kv=engine,
+        models=(int(host.client.loaded is not None) + len(extras),
+                int(host.loading_id is not None and host.state == HostState.READY),
+                len(host.evictions)),
     )  # fmt: skip
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4")

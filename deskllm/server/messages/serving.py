@@ -37,6 +37,7 @@ from deskllm.server.model_host import ModelHost
 from deskllm.server.models.serving import check_gateway_request, check_target
 from deskllm.server.replies import (
     answering_model,
+    cancel,
     conversation_id,
     engine_error,
     final_reply,
@@ -119,17 +120,8 @@ def plan_tools(req: MessagesRequest) -> ToolPlan:
 
 def tool_uses(parsed: ParsedReply) -> list[ToolUseBlock]:
     """The calls as tool_use blocks; arguments that are not a JSON object are given whole."""
-    blocks = []
-    for call in parsed.calls:
-        try:
-            arguments = json.loads(call.arguments)
-        except json.JSONDecodeError:
-            arguments = None
-        if not isinstance(arguments, dict):
-            arguments = {"arguments": arguments if arguments is not None else call.arguments}
-        blocks.append(ToolUseBlock(id=f"toolu_{uuid.uuid4().hex[:24]}", name=call.name,
-                                   input=arguments))  # fmt: skip
-    return blocks
+    return [ToolUseBlock(id=f"toolu_{uuid.uuid4().hex[:24]}", name=call.name,
+                         input=call.arguments_object()) for call in parsed.calls]  # fmt: skip
 
 
 def stop_reason(done: Done, calls: bool = False) -> StopReason:
@@ -162,7 +154,8 @@ class MessagesServing:
         """Check the request and queue it: raises ApiError (400, 404, 429, 503). Returns the
         job and what its tools ask, for complete() or stream(). `backend`: what answers a
         gateway name (ModelHost.use), None for the served model."""
-        n_ctx = check_target(self.host, req.model, backend)
+        target = self.host.target(req.model) if backend is None else self.host
+        n_ctx = check_target(target, req.model, backend)
         plan = plan_tools(req)
         if backend is not None:
             check_gateway_request(req.model, tools=bool(req.tools), response_format=False,
@@ -175,7 +168,7 @@ class MessagesServing:
             tools_json=plan.tools_json,
             backend=backend,
         )
-        return submit(self.host, request), plan
+        return submit(target, request), plan
 
     async def complete(
         self,
@@ -258,7 +251,7 @@ class MessagesServing:
         finally:
             if not finished:
                 with contextlib.suppress(Exception):
-                    self.host.queue.cancel(job)
+                    cancel(job)
 
 
 def _text_block_start() -> str:

@@ -13,7 +13,13 @@ class ModelCard(BaseModel):
     created: int
     owned_by: str = "deskllm"
     context_length: int  # llama-server and LM Studio report it too
-    loaded: bool = False  # the model the server holds now; a request naming another loads it
+    loaded: bool = False  # loaded now; a request naming another installed model loads it
+    # Loaded models only: RAM the planner counted for it, its slots, and seconds until an
+    # idle model is unloaded (null: never — the served model is pinned).
+    memory_bytes: int | None = None
+    slots: int | None = None
+    keep_alive_left_s: float | None = None
+    pinned: bool | None = None
 
 
 class ModelList(BaseModel):

@@ -16,15 +16,26 @@ def model_list(host: ModelHost) -> ModelList:
     (the context it was trained for), then the gateway's: `auto` and each remote endpoint's
     models as NAME/MODEL (owned by the endpoint; context unknown: 0). Reads the library and
     asks the endpoints: call from a worker thread."""
+    ready = host.state == HostState.READY
     cards = [ModelCard(id=host.model_id, created=host.created, context_length=host.n_ctx,
-                       loaded=host.state == HostState.READY)]  # fmt: skip
+                       loaded=ready, memory_bytes=host.footprint_bytes if ready else None,
+                       slots=host.parallel if ready else None, pinned=True)]  # fmt: skip
     if host.installed is not None:
         served = Path(host.params.model_path).resolve()
+        extras = {Path(e.params.model_path).resolve(): e for e in host.loaded_extras()}
         for model_id, model in host.installed.by_id().items():
-            if model_id == host.model_id or Path(model.path).resolve() == served:
+            path = Path(model.path).resolve()
+            if model_id == host.model_id or path == served:
+                continue
+            extra = extras.get(path)
+            if extra is None:
+                cards.append(ModelCard(id=model_id, created=int(model.added_at),
+                                       context_length=model.context_length))  # fmt: skip
                 continue
             cards.append(ModelCard(id=model_id, created=int(model.added_at),
-                                   context_length=model.context_length, loaded=False))  # fmt: skip
+                                   context_length=extra.n_ctx, loaded=True,
+                                   memory_bytes=extra.footprint_bytes, slots=extra.queue.slots,
+                                   keep_alive_left_s=extra.expires_in(), pinned=False))  # fmt: skip
     if host.gateway is not None:
         for name in host.gateway.model_ids():
             auto = host.gateway.needs_local(name)

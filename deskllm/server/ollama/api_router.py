@@ -19,7 +19,13 @@ from deskllm.server.ollama.protocol import (
     OllamaGenerateRequest,
     OllamaModelRequest,
 )
-from deskllm.server.ollama.serving import NDJSON, OllamaServing, model_name, ndjson
+from deskllm.server.ollama.serving import (
+    NDJSON,
+    OllamaServing,
+    keep_alive_s,
+    model_name,
+    ndjson,
+)
 from deskllm.server.openapi import (
     OLLAMA_EMBED_RESPONSES,
     OLLAMA_GENERATION_RESPONSES,
@@ -43,10 +49,11 @@ async def _one(body: dict):
 async def chat(body: OllamaChatRequest, request: Request):
     serving: OllamaServing = request.app.state.ollama
     started = time.monotonic()
-    backend = await request.app.state.host.use(model_name(body.model))
-    if not body.messages:  # load only
-        reply = serving.loaded_reply(model_name(body.model), chat=True)
+    if not body.messages:  # load (or with keep_alive 0, unload) only
+        reply = await serving.load_only(body.model, keep_alive_s(body.keep_alive), chat=True)
         return _ndjson(_one(reply)) if body.stream else reply
+    backend = await request.app.state.host.use(model_name(body.model),
+                                               keep_alive_s(body.keep_alive))  # fmt: skip
     job, plan = serving.admit_chat(body, backend)  # before any byte: errors keep their status
     if body.stream:
         return _ndjson(serving.stream(job, plan, chat=True, started=started))
@@ -58,10 +65,11 @@ async def chat(body: OllamaChatRequest, request: Request):
 async def generate(body: OllamaGenerateRequest, request: Request):
     serving: OllamaServing = request.app.state.ollama
     started = time.monotonic()
-    backend = await request.app.state.host.use(model_name(body.model))
-    if not body.prompt and not body.system:  # load only
-        reply = serving.loaded_reply(model_name(body.model), chat=False)
+    if not body.prompt and not body.system:  # load (or with keep_alive 0, unload) only
+        reply = await serving.load_only(body.model, keep_alive_s(body.keep_alive), chat=False)
         return _ndjson(_one(reply)) if body.stream else reply
+    backend = await request.app.state.host.use(model_name(body.model),
+                                               keep_alive_s(body.keep_alive))  # fmt: skip
     job, plan = serving.admit_generate(body, backend)
     if body.stream:
         return _ndjson(serving.stream(job, plan, chat=False, started=started))
@@ -72,13 +80,13 @@ async def generate(body: OllamaGenerateRequest, request: Request):
 @router.post("/api/embed", responses=OLLAMA_EMBED_RESPONSES)
 async def embed(body: OllamaEmbedRequest, request: Request) -> dict:
     started = time.monotonic()
-    await request.app.state.host.use(model_name(body.model))
+    await request.app.state.host.use(model_name(body.model), keep_alive_s(body.keep_alive))
     return await request.app.state.ollama.embed(body, started)
 
 
 @router.post("/api/embeddings", responses=OLLAMA_EMBED_RESPONSES)
 async def embeddings(body: OllamaEmbeddingsRequest, request: Request) -> dict:
-    await request.app.state.host.use(model_name(body.model))
+    await request.app.state.host.use(model_name(body.model), keep_alive_s(body.keep_alive))
     return await request.app.state.ollama.embeddings_legacy(body)
 
 

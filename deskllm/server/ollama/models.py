@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -137,24 +137,40 @@ def show(host: ModelHost, name: str) -> dict:
 
 
 def ps(host: ModelHost) -> dict:
-    """The model in the engine, pinned: the served one never expires."""
+    """The loaded models: the served one (pinned: it never expires) first, then those loaded
+    beside it, each with its keep-alive's end."""
+    models = []
     loaded = host.client.loaded
-    if host.state != HostState.READY or loaded is None:
-        return {"models": []}
-    entry = entries(host)[0]
+    if host.state == HostState.READY and loaded is not None:
+        entry = entries(host)[0]
+        models.append(_running(entry, host.footprint_bytes, loaded, host.n_ctx, FOREVER))
+    for extra in host.loaded_extras():
+        if extra.client.loaded is None:
+            continue
+        path = Path(extra.params.model_path).resolve()
+        installed = next((m for m in (host.installed.list() if host.installed else ())
+                          if Path(m.path).resolve() == path), None)  # fmt: skip
+        left = extra.expires_in()
+        expires = FOREVER if left is None else (
+            datetime.now(UTC) + timedelta(seconds=left)).isoformat().replace("+00:00", "Z")
+        models.append(_running(Entry(extra.model_id, path, installed), extra.footprint_bytes,
+                               extra.client.loaded, extra.n_ctx, expires))  # fmt: skip
+    return {"models": models}
+
+
+def _running(entry: Entry, footprint: int, loaded, n_ctx: int, expires: str) -> dict:
     vram = sum(int(v) for k, v in loaded.buffers.items() if not k.upper().startswith("CPU"))
-    size = max(loaded.rss_bytes, entry.path.stat().st_size) + vram
-    return {"models": [{
-        "name": entry.id, "model": entry.id, "size": size, "size_vram": vram,
-        "digest": digest(entry.path), "details": details(entry), "expires_at": FOREVER,
-        "context_length": host.n_ctx,
-    }]}  # fmt: skip
+    return {
+        "name": entry.id, "model": entry.id, "size": max(footprint, loaded.rss_bytes) + vram,
+        "size_vram": vram, "digest": digest(entry.path), "details": details(entry),
+        "expires_at": expires, "context_length": n_ctx,
+    }  # fmt: skip
 
 
 def delete(host: ModelHost, name: str) -> None:
     """Forget an installed model and delete its file (the bundled starter file is kept);
-    the served model is refused, as Ollama refuses nothing but deskllm must not pull a file
-    from under the running engine."""
+    the served model, and one answering a request, are refused: a file is never pulled from
+    under a running reply."""
     entry = find(host, name)
     if entry.path == Path(host.params.model_path).resolve() or host.serves(model_name(name)):
         raise errors.bad_request(f"model {entry.id!r} is in use: it is the model this server "
@@ -162,4 +178,9 @@ def delete(host: ModelHost, name: str) -> None:
     if host.installed is None or host.installed.remove is None or entry.installed is None:
         raise errors.bad_request(f"model {entry.id!r} cannot be deleted through this server.",
                                  param="model")  # fmt: skip
+    extra = next((e for e in host.loaded_extras() if e.serves(entry.id)), None)
+    if extra is not None and extra.busy:
+        raise errors.bad_request(f"model {entry.id!r} is answering a request; delete it when "
+                                 "it is done.", param="model")  # fmt: skip
+    host.unload(entry.id)  # loaded beside the served one and idle: unloaded first
     host.installed.remove(entry.installed)

@@ -7,9 +7,9 @@ here."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
-import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -26,10 +26,12 @@ from deskllm.server.chat_completion.tool_calls import ParsedReply, ToolCallStrea
 from deskllm.server.chat_completion.tool_choice import NO_TOOLS, ToolPlan
 from deskllm.server.completion.protocol import CompletionRequest
 from deskllm.server.completion.serving import CompletionServing
+from deskllm.server.durations import parse_duration
 from deskllm.server.embeddings.protocol import EmbeddingRequest
 from deskllm.server.embeddings.serving import EmbeddingServing
 from deskllm.server.engine_queue import Job
 from deskllm.server.model_host import ModelHost
+from deskllm.server.models.serving import check_model, check_ready
 from deskllm.server.ollama.protocol import (
     KeepAlive,
     OllamaChatRequest,
@@ -38,7 +40,7 @@ from deskllm.server.ollama.protocol import (
     OllamaGenerateRequest,
     OllamaMessage,
 )
-from deskllm.server.replies import answering_model, engine_error, final_reply
+from deskllm.server.replies import answering_model, cancel, engine_error, final_reply
 
 _FINISH = {"stop": "stop", "length": "length", "context_full": "length", "cancelled": "stop",
            "shutdown": "shutdown"}  # fmt: skip
@@ -48,8 +50,6 @@ _FINISH = {"stop": "stop", "length": "length", "context_full": "length", "cancel
 _OPTIONS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
             "repeat_penalty": "repeat_penalty", "presence_penalty": "presence_penalty",
             "frequency_penalty": "frequency_penalty", "seed": "seed", "stop": "stop"}  # fmt: skip
-_DURATION = re.compile(r"(-?\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
-_UNIT_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 NDJSON = "application/x-ndjson"
 _Request = TypeVar("_Request", bound=BaseModel)
 
@@ -60,23 +60,13 @@ def model_name(name: str) -> str:
 
 
 def keep_alive_s(value: KeepAlive) -> float | None:
-    """Ollama's keep_alive in seconds: a Go duration ("5m", "1h30m"), a number of seconds, a
-    numeric string; negative keeps the model loaded (-1.0), None the default. Raises
-    ApiError for anything else."""
-    if value is None or value == "":
-        return None
-    if isinstance(value, int | float):
-        return -1.0 if value < 0 else float(value)
-    text = value.strip()
-    with contextlib.suppress(ValueError):
-        return keep_alive_s(float(text))
-    parts = _DURATION.findall(text)
-    if not parts or "".join(n + u for n, u in parts) != text.replace(" ", ""):
+    """Ollama's keep_alive in seconds (negative: keep; None: the server's default). Raises
+    ApiError (400) for what is not a duration."""
+    try:
+        return parse_duration(value)
+    except ValueError:
         raise errors.bad_request(f"keep_alive {value!r} is not a duration (e.g. 5m, 1h, 30s, "
-                                 "0 to unload, -1 to keep).", param="keep_alive")  # fmt: skip
-    seconds = sum(float(n) * _UNIT_S[u] for n, u in parts)
-    return -1.0 if seconds < 0 else seconds
-
+                                 "0 to unload, -1 to keep).", param="keep_alive") from None
 
 def check_think(req: OllamaChatRequest | OllamaGenerateRequest) -> None:
     """`think`: false (or absent) is what deskllm does; thinking itself is not separated yet,
@@ -175,17 +165,9 @@ def durations(m: Metrics, started: float) -> dict[str, int]:
 def tool_calls(parsed: ParsedReply) -> list[dict]:
     """Calls as Ollama gives them: arguments as an object (given whole where the model's
     arguments are not one)."""
-    calls = []
-    for index, call in enumerate(parsed.calls):
-        try:
-            arguments = json.loads(call.arguments)
-        except json.JSONDecodeError:
-            arguments = None
-        if not isinstance(arguments, dict):
-            arguments = {"arguments": arguments if arguments is not None else call.arguments}
-        calls.append({"id": f"call_{uuid.uuid4().hex[:24]}",
-                      "function": {"index": index, "name": call.name, "arguments": arguments}})
-    return calls
+    return [{"id": f"call_{uuid.uuid4().hex[:24]}",
+             "function": {"index": i, "name": call.name, "arguments": call.arguments_object()}}
+            for i, call in enumerate(parsed.calls)]  # fmt: skip
 
 
 def ndjson(body: dict) -> str:
@@ -219,7 +201,7 @@ class OllamaServing:
     def admit_chat(self, req: OllamaChatRequest, backend) -> tuple[Job, ToolPlan]:
         check_think(req)
         keep_alive_s(req.keep_alive)
-        fields = openai_fields(req, self.host.n_ctx)
+        fields = openai_fields(req, self.host.target(model_name(req.model)).n_ctx)
         openai = _validated(ChatCompletionRequest, {
             "model": model_name(req.model), "messages": openai_messages(req.messages),
             "tools": req.tools or None, **fields})  # fmt: skip
@@ -238,8 +220,8 @@ class OllamaServing:
         ):  # fmt: skip
             if value:
                 raise errors.bad_request(f"{field}: {why}.", param=field)
-        fields = openai_fields(req, self.host.n_ctx)
         name = model_name(req.model)
+        fields = openai_fields(req, self.host.target(name).n_ctx)
         if req.raw:
             if backend is not None:
                 raise errors.bad_request(f"raw prompts need a local model; {name!r} answers chat "
@@ -310,13 +292,32 @@ class OllamaServing:
         finally:
             if not finished:
                 with contextlib.suppress(Exception):
-                    self.host.queue.cancel(job)
+                    cancel(job)
 
-    def loaded_reply(self, name: str, *, chat: bool) -> dict:
+    async def load_only(self, name: str, keep_alive: float | None, *, chat: bool) -> dict:
         """Ollama's answer to a request with nothing to say (no prompt, no messages): the
-        model is loaded, and that is all (clients use it to load a model ahead)."""
+        model is loaded (`done_reason` "load"), or with keep_alive 0 unloaded ("unload"):
+        clients use it to load a model ahead or to free its memory. The served model is
+        pinned: asked to unload, it says so (400)."""
+        name = model_name(name)
+        host = self.host
+        if keep_alive == 0:
+            if host.serves(name):
+                raise errors.bad_request(f"{name!r} is the model this server serves: it stays "
+                                         "loaded.", param="keep_alive")  # fmt: skip
+            reason = "unload"
+            unloaded = await asyncio.to_thread(host.unload, name)
+            if not unloaded and (host.installed is None
+                                 or await asyncio.to_thread(host.installed.find, name) is None):
+                check_model(host, name)  # 404 for a name no installed model has
+        else:
+            reason = "load"
+            await host.use(name, keep_alive)
+            target = host.target(name)
+            check_ready(target)
+            check_model(target, name)
         return {"model": name, "created_at": now_rfc3339(), **_Shape(chat).text(""),
-                "done": True, "done_reason": "load"}  # fmt: skip
+                "done": True, "done_reason": reason}  # fmt: skip
 
     # Embeddings -------------------------------------------------------------------------------
     async def embed(self, req: OllamaEmbedRequest, started: float) -> dict:
