@@ -93,12 +93,10 @@ def _fill_hub(hub, starter: Path, out: Path) -> str:
     """The starter model and its requantized ladder in two repos; returns the main repo."""
     import hub_fixtures as hf
 
+    from deskllm.llamacpp.requantize import requantize
+
     paths = {label: out / f"{hf.STEM}-{label}.gguf" for label in hf.LADDER}
-    subprocess.run(
-        [sys.executable, "-c", hf._QUANTIZE, str(starter)]
-        + [f"{label}={path}" for label, path in paths.items()],
-        check=True, capture_output=True, timeout=600,
-    )  # fmt: skip
+    requantize(starter, paths)
     paths[hf.STARTER_LABEL] = starter
     files: dict[str, Path | bytes] = {p.name: p for p in paths.values()}
     files["README.md"] = hf.README

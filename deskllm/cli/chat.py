@@ -67,6 +67,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-tokens", type=int, default=defaults.max_tokens)
     p.add_argument("--stop", action="append", default=[], help="a stop string (repeatable)")
     p.add_argument("--metrics", action="store_true", help="print speed and cache figures")
+    p.add_argument("--think", choices=("off", "on", "low", "medium", "high"), default=None,
+                   help="a reasoning model's thinking: off, on, or an effort where its "
+                        "template takes one (default: the template's own)")  # fmt: skip
+    p.add_argument("--reasoning-budget", type=int, default=0, metavar="TOKENS",
+                   help="close a reasoning model's thinking after this many tokens and make "
+                        "it answer (0: no limit)")  # fmt: skip
     p.set_defaults(func=cmd_chat)
 
 
@@ -155,6 +161,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
         seed=args.seed,
         max_tokens=args.max_tokens,
         stop=tuple(args.stop),
+        think=args.think,
+        reasoning_budget=max(0, args.reasoning_budget),
     )
     resolver = Resolver(db)
     if args.model == AUTO:
@@ -310,17 +318,46 @@ class _PromptLine:
             self.shown = False
 
 
+class _Thinking:
+    """A reasoning model's thinking, on stderr (dim on a terminal) between "[thinking]" and
+    "[/thinking]", so that stdout holds the answer alone."""
+
+    def __init__(self) -> None:
+        self.open = False
+        tty = sys.stderr.isatty()
+        self.dim, self.plain = ("\033[2m", "\033[0m") if tty else ("", "")
+
+    def write(self, text: str) -> None:
+        if not self.open:
+            self.open = True
+            sys.stderr.write(f"{self.dim}[thinking]\n")
+        sys.stderr.write(text)
+        sys.stderr.flush()
+
+    def end(self) -> None:
+        if self.open:
+            self.open = False
+            sys.stderr.write(f"\n[/thinking]{self.plain}\n")
+            sys.stderr.flush()
+
+
 def _stream(reply: Reply, metrics: bool) -> int:
     progress = _PromptLine(metrics)
+    thinking = _Thinking()
     try:
         for event in reply.events():
             if isinstance(event, PromptProgress):
                 progress.show(event)
+            elif isinstance(event, TextDelta) and event.reasoning:
+                progress.clear()
+                thinking.write(event.text)
             elif isinstance(event, TextDelta):
                 progress.clear()
+                thinking.end()
                 sys.stdout.write(event.text)
                 sys.stdout.flush()
         progress.clear()
+        thinking.end()
     except KeyboardInterrupt:
         progress.clear()
         reply.cancel()

@@ -241,3 +241,10 @@ def m010_message_tree(db: Database) -> None:
                select max(id) from messages where conversation_id = conversations.id)"""
     )
     db["messages"].create_index(["conversation_id", "parent_id"])
+
+
+@migration
+def m011_message_reasoning(db: Database) -> None:
+    # A reasoning model's thinking, kept apart from its answer (content), so it can be shown
+    # folded and is not sent back as part of the answer.
+    db["messages"].add_column("reasoning", str, not_null_default="")

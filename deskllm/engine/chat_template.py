@@ -107,6 +107,7 @@ class ChatTemplate:
         self,
         messages: list[ChatMessage] | tuple[ChatMessage, ...],
         tools: list[dict] | None = None,
+        think: str | None = None,
     ) -> dict[str, Any]:
         context: dict[str, Any] = {
             "messages": [message_dict(m) for m in messages],
@@ -116,6 +117,12 @@ class ChatTemplate:
         }
         if tools:
             context["tools"] = tools
+        if think is not None:
+            # The names reasoning models' templates read: Qwen3 and others enable_thinking,
+            # DeepSeek V3.1 thinking, gpt-oss reasoning_effort.
+            context["enable_thinking"] = context["thinking"] = think != "off"
+            if think in ("low", "medium", "high"):
+                context["reasoning_effort"] = think
         return context
 
     def knows_tools(self) -> bool:
@@ -141,21 +148,23 @@ class ChatTemplate:
         *,
         continue_reply: bool = False,
         tools: list[dict] | None = None,
+        think: str | None = None,
     ) -> RenderedPrompt:
         """The prompt for the next assistant turn. `continue_reply`: the last message is a
         partial assistant reply; the prompt is the turns before it with the generation prompt,
         then its text as the start of the turn (not closed), so the model goes on with it.
         `tools`: OpenAI's tool list, given to a template that knows tools and described in
-        the system message otherwise (tool_prompt)."""
+        the system message otherwise (tool_prompt). `think`: Sampling.think, for the
+        template's enable_thinking / reasoning_effort."""
         if continue_reply:
             *head, partial = messages
-            rendered = self.render(head, tools=tools)
+            rendered = self.render(head, tools=tools, think=think)
             return replace(rendered, text=rendered.text + partial.content)
         uses_tools = bool(tools) or any(m.tool_calls_json or m.role == "tool" for m in messages)
         as_text = tools_in_text(messages, tools) if uses_tools else messages
         if uses_tools and not self.knows_tools():
             messages, tools = as_text, None
-        context = self._context(messages, tools)
+        context = self._context(messages, tools, think)
         if self.template is not None:
             try:
                 text = _render_limited(self.template, context)

@@ -70,6 +70,13 @@ class Sampling:
     # likely tokens at its place, sent with the TextDelta that carries its text.
     token_logprobs: bool = False
     top_logprobs: int = 0
+    # Reasoning models: `think` "off", "on", or an effort "low" | "medium" | "high", given to
+    # the chat template (enable_thinking, reasoning_effort); None: the template's default.
+    # `reasoning_budget` tokens of thinking (0: no limit), after which the block is closed
+    # and the model answers. `split_reasoning` False leaves the thinking in the text.
+    think: str | None = None
+    reasoning_budget: int = 0
+    split_reasoning: bool = True
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> Sampling:
@@ -110,6 +117,9 @@ class Loaded:
     buffers: dict[str, float]  # llama.cpp's "<name> buffer size = X MiB", in bytes
     devices: tuple[str, ...]
     n_ctx_seq: int = 0  # the longest conversation, in tokens (0: n_ctx)
+    # A reasoning model's markers (open, close), from its template and vocabulary; None: not
+    # a reasoning model.
+    reasoning_markers: tuple[str, str] | None = None
 
     @property
     def conversation_ctx(self) -> int:
@@ -134,6 +144,7 @@ class TextDelta:
     # Sampling.token_logprobs: the tokens whose text starts in this delta (tokens of a stop
     # string that ended the reply are not sent).
     logprobs: tuple[TokenLogprob, ...] = ()
+    reasoning: bool = False  # a reasoning model's thinking, not its answer
 
 
 @dataclass(frozen=True)
@@ -215,6 +226,10 @@ class Done:
     dropped_messages: int = 0  # old turns left out to fit the context
     warnings: tuple[str, ...] = ()
     stop_string: str | None = None  # the caller's stop string that ended it, if one did
+    # A reasoning model's thinking (not in `text`), its tokens and seconds (None: none).
+    reasoning: str = ""
+    reasoning_tokens: int = 0
+    reasoning_s: float | None = None
 
 
 @dataclass(frozen=True)

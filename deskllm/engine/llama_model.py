@@ -168,9 +168,12 @@ class LlamaModel:
         eos = L.llama_vocab_eos(self.vocab)
         return self.token_text(eos) if eos >= 0 else ""
 
-    def tokenize(self, text: str) -> list[int]:
+    def tokenize(self, text: str, add_bos: bool | None = None) -> list[int]:
+        """`text`'s tokens, special tokens written out parsed as such. `add_bos` None: BOS
+        first where the model wants one and the text does not start with it."""
         raw = text.encode("utf-8")
-        add_bos = bool(L.llama_vocab_get_add_bos(self.vocab))
+        if add_bos is None:
+            add_bos = bool(L.llama_vocab_get_add_bos(self.vocab))
         if add_bos and self.bos_text and text.startswith(self.bos_text):
             add_bos = False  # the template already wrote BOS; a second one hurts quality
         n_max = len(raw) + 8

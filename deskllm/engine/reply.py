@@ -26,6 +26,7 @@ class Reply:
         self._source = events
         self._cancel = cancel
         self._chunks: list[str] = []
+        self._thinking: list[str] = []  # a reasoning model's thinking
         self._consumed = False
         self.metrics: Metrics | None = None  # the latest figures (Done's at the end)
         self.done: Done | None = None
@@ -54,8 +55,9 @@ class Reply:
                 self.error = EngineError("the reply ended without a result")
 
     def __iter__(self) -> Iterator[str]:
+        """The answer's text as it arrives (a reasoning model's thinking is not in it)."""
         for event in self.events():
-            if isinstance(event, TextDelta):
+            if isinstance(event, TextDelta) and not event.reasoning:
                 yield event.text
 
     def wait(self) -> Reply:
@@ -71,7 +73,7 @@ class Reply:
 
     def _note(self, event: Event) -> None:
         if isinstance(event, TextDelta):
-            self._chunks.append(event.text)
+            (self._thinking if event.reasoning else self._chunks).append(event.text)
         elif isinstance(event, Metrics):
             self.metrics = event
         elif isinstance(event, Done):
@@ -83,6 +85,11 @@ class Reply:
     def text(self) -> str:
         """What has arrived (Done's text once finished: stop strings are cut from it)."""
         return self.done.text if self.done is not None else "".join(self._chunks)
+
+    @property
+    def reasoning(self) -> str:
+        """A reasoning model's thinking so far (Done's once finished)."""
+        return self.done.reasoning if self.done is not None else "".join(self._thinking)
 
     @property
     def ok(self) -> bool:

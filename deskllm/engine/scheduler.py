@@ -109,6 +109,8 @@ class SlotRun:
     follow_n: int = 0
     cancelled: bool = False
     batch_index: int = -1  # where its logits are in this step's output
+    # Text to go on with in place of its next sampled token, and its tokens (force_text).
+    forced: tuple[list[int], str] | None = None
 
     @property
     def evaluated(self) -> int:
@@ -231,6 +233,13 @@ class Scheduler(LlamaModel):
         for run in (*self.waiting, *self.running.values()):
             if run.request_id == request_id:
                 run.cancelled = True
+
+    def force_text(self, request_id: int, text: str) -> None:
+        """Make a running reply go on with `text` as if the model had written it, in place of
+        its next sampled token (a reasoning budget closing the thinking block)."""
+        run = self.running.get(request_id)
+        if run is not None and not run.cancelled:
+            run.forced = (self.tokenize(text, add_bos=False), text)
 
     def stop_soon(self, request_id: int) -> None:
         """From another thread (the worker's reader): a cancel of a request that is reading
@@ -756,6 +765,8 @@ class Scheduler(LlamaModel):
         else:
             run.intervals.append(now - run.last_token)
         run.last_token = now
+        if run.forced is not None:
+            return self._forced(run)
         if L.llama_vocab_is_eog(self.vocab, token):
             return self._finish(run, "stop", run.matcher.flush())
         run.generated += 1
@@ -774,6 +785,23 @@ class Scheduler(LlamaModel):
             return self._finish(run, "context_full", text + run.matcher.flush(), None, lp, piece)
         run.feed.append(token)  # decoded with the next step; a finished reply leaves it out
         return StepOutput(run, text, logprob=lp, piece=piece)
+
+    def _forced(self, run: SlotRun) -> StepOutput:
+        """The forced text in place of the token just sampled: fed to the model next step,
+        sent as the reply's text (stop strings and limits apply as to any)."""
+        tokens, piece = run.forced
+        run.forced = None
+        if run.sampling.json_schema is None:  # a grammar would refuse them (and abort)
+            for token in tokens:  # the penalties count them as written
+                L.llama_sampler_accept(run.sampler, token)
+        run.generated += len(tokens)
+        text, stopped = run.matcher.feed(piece)
+        if stopped:
+            return self._finish(run, "stop", text, run.matcher.matched, None, piece)
+        if run.generated >= run.max_tokens:
+            return self._finish(run, "length", text + run.matcher.flush(), None, None, piece)
+        run.feed.extend(tokens)
+        return StepOutput(run, text, piece=piece)
 
     def _finish(
         self,

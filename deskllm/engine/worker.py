@@ -9,6 +9,7 @@ queue. A heartbeat thread tells the client it is alive while it makes progress.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import queue
@@ -48,6 +49,7 @@ from deskllm.engine.protocol import (
     Unload,
 )
 from deskllm.engine.raw_prompt import fit_raw_prompt
+from deskllm.engine.reasoning import Part, ReasoningMarkers, ReasoningSplitter, markers_of
 from deskllm.engine.token_logprobs import LogprobTrail
 from deskllm.engine.tool_prompt import tools_of
 from deskllm.gguf.header import GgufError, read_header
@@ -90,6 +92,17 @@ class ReplyState:
     # Energy: the prompt phase from when it got a slot, the decode phase from its first token.
     prompt_span: EnergySpan | EnergyReading | None = None
     decode_span: EnergySpan | EnergyReading | None = None
+    # A reasoning model's reply: its splitter, the thinking and answer apart, thinking tokens
+    # and when the thinking began and ended; `budget_closed` once the budget closed it.
+    splitter: ReasoningSplitter | None = None
+    reasoning: list[str] = field(default_factory=list)
+    answer: list[str] = field(default_factory=list)
+    reasoning_tokens: int = 0
+    reasoning_from: float | None = None
+    reasoning_to: float | None = None
+    budget_closed: bool = False
+    split: bool = True  # False: the thinking stays in the text (Sampling.split_reasoning)
+    parts: list[Part] = field(default_factory=list)  # split, not sent yet
 
 
 class Worker:
@@ -100,6 +113,8 @@ class Worker:
         self.runtime = None  # the Scheduler of the loaded model
         self.embedder = None  # made on the first Embed (a second context on the model)
         self.template: ChatTemplate | None = None
+        self.markers: ReasoningMarkers | None = None  # a reasoning model's
+        self.last_prompt = ""  # the last rendered chat prompt (does it open the thinking?)
         self.replies: dict[int, ReplyState] = {}
         self.process = psutil.Process()
         self.device = "CPU"
@@ -277,6 +292,9 @@ class Worker:
         self.runtime = runtime
         self.kv_disk_dir = runtime.kv_disk_dir
         self.template = ChatTemplate(runtime.chat_template(), runtime.bos_text, runtime.eos_text)
+        bare = len(runtime.tokenize(""))  # BOS, where the model adds one
+        self.markers = markers_of(runtime.chat_template(),
+                                  lambda text: len(runtime.tokenize(text)) == bare + 1)
         self.device = device_name(runtime.buffers)
         gpu = params.n_gpu_layers != 0
         self.vram = NvmlProcessMemory() if gpu else None
@@ -296,6 +314,7 @@ class Worker:
                 rss_bytes=self.process.memory_info().rss,
                 buffers=runtime.buffers,
                 devices=(self.device,),
+                reasoning_markers=(self.markers.open, self.markers.close) if self.markers else None,
             )
         )
 
@@ -343,6 +362,7 @@ class Worker:
         continue_reply: bool,
         drop_old_turns: bool = True,
         tools: list[dict] | None = None,
+        think: str | None = None,
     ) -> tuple[list[int], int, str | None]:
         """Render and tokenize; drop the oldest turns (never the system prompt or the last
         message, nor the question of a reply being continued) until the prompt and room for
@@ -352,7 +372,9 @@ class Worker:
         dropped = 0
         kept = 2 if continue_reply else 1
         while True:
-            rendered = self.template.render(messages, continue_reply=continue_reply, tools=tools)
+            rendered = self.template.render(messages, continue_reply=continue_reply, tools=tools,
+                                            think=think)  # fmt: skip
+            self.last_prompt = rendered.text
             tokens = self.runtime.tokenize(rendered.text)
             if len(tokens) + reserve <= n_ctx:
                 return tokens, dropped, rendered.warning
@@ -402,8 +424,12 @@ class Worker:
             else:
                 tokens, state.dropped, warning = self.fit_prompt(
                     list(request.messages), request.sampling.max_tokens, request.continue_reply,
-                    request.drop_old_turns, tools_of(request),
+                    request.drop_old_turns, tools_of(request), request.sampling.think,
                 )  # fmt: skip
+                if self.markers is not None:  # tracked for the budget even when not split
+                    opens = ReasoningSplitter.prompt_opens(self.last_prompt, self.markers)
+                    state.splitter = ReasoningSplitter(self.markers, opens)
+                    state.split = request.sampling.split_reasoning
         except TemplateRefused as exc:
             self.send(Error(rid, str(exc), kind=ErrorKind.TEMPLATE))
             return
@@ -442,22 +468,35 @@ class Worker:
                 events.append(self.metrics(out.run, state))
             if out.logprob is not None:
                 state.trail.add(out.logprob, out.piece)
+            splitter = state.splitter
+            if splitter is not None and splitter.inside and out.piece and not state.budget_closed:
+                budget = out.run.sampling.reasoning_budget if out.finish is None else 0
+                self.count_reasoning(rid, state, budget)
             if out.text:
                 state.text.append(out.text)
                 state.pending.append(out.text)
+                if splitter is not None:  # at once: the count above needs where it is
+                    state.parts.extend(splitter.feed(out.text))
+                    if splitter.closed and state.reasoning_to is None:
+                        state.reasoning_to = now
             if out.finish is not None:
                 self.replies.pop(rid)
-                self.take_text(rid, state, events)
+                self.take_text(rid, state, events, final=True)
                 if out.error is not None:
                     self.close_energy(state)
                     events.append(Error(rid, str(out.error), kind=out.error.kind))
                     continue
                 energy = self.close_energy(state, out.run.generated)
+                split = state.splitter is not None and state.split
                 events.append(
                     Done(
                         request_id=rid,
                         finish_reason=out.finish,
-                        text="".join(state.text),
+                        text="".join(state.answer) if split else "".join(state.text),
+                        reasoning="".join(state.reasoning).strip(),
+                        reasoning_tokens=state.reasoning_tokens,
+                        reasoning_s=(state.reasoning_to or time.perf_counter())
+                        - state.reasoning_from if state.reasoning_from is not None else None,
                         metrics=self.metrics(out.run, state, energy),
                         dropped_messages=state.dropped,
                         warnings=tuple(state.warnings),
@@ -483,12 +522,37 @@ class Worker:
                 setattr(state, name, self.energy.stop(span))
         return reply_energy(state.prompt_span, state.decode_span, generated)
 
-    def take_text(self, rid: int, state: ReplyState, events: list) -> None:
-        if state.pending:
-            text = "".join(state.pending)
-            state.sent += len(text)
-            events.append(TextDelta(rid, text, state.trail.take(state.sent)))
-            state.pending.clear()
+    def count_reasoning(self, rid: int, state: ReplyState, budget: int) -> None:
+        """A token of thinking; at the budget the block is closed for the model (its close
+        marker fed as if it had written it), and it answers."""
+        state.reasoning_tokens += 1
+        if state.reasoning_from is None:
+            state.reasoning_from = time.perf_counter()
+        if budget and state.reasoning_tokens >= budget and not state.budget_closed:
+            state.budget_closed = True
+            self.runtime.force_text(rid, f"\n{state.splitter.markers.close}\n\n")
+
+    def take_text(self, rid: int, state: ReplyState, events: list, final: bool = False) -> None:
+        """Send the text held for a reply: a reasoning model's as thinking and answer deltas
+        (`final`: with what its splitter held back)."""
+        text = "".join(state.pending)
+        state.pending.clear()
+        parts, state.parts = state.parts, []
+        if state.splitter is not None and final:
+            parts += state.splitter.finish()
+        if state.splitter is None or not state.split:  # sent as written
+            if text:
+                state.sent += len(text)
+                events.append(TextDelta(rid, text, state.trail.take(state.sent)))
+            return
+        for reasoning, group in itertools.groupby(parts, key=lambda p: p.reasoning):
+            group = list(group)
+            piece = "".join(p.text for p in group)
+            state.sent += sum(p.consumed for p in group)
+            (state.reasoning if reasoning else state.answer).append(piece)
+            logprobs = state.trail.take(state.sent)
+            if piece or logprobs:
+                events.append(TextDelta(rid, piece, logprobs, reasoning=reasoning))
 
     def metrics(self, run, state: ReplyState, energy: dict | None = None) -> Metrics:
         """Figures of one reply. TTFT counts from when the worker received the request (the

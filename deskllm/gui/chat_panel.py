@@ -58,6 +58,7 @@ ROLE_WORDS = {"user": "message", "assistant": "reply"}
 class _Stream:
     conversation_id: str
     parts: list[str] = field(default_factory=list)
+    thinking: list[str] = field(default_factory=list)  # a reasoning model's, as it streams
     prefix: str = ""  # the text a continued reply already had
     message_id: int | None = None  # the stored reply being continued (None: a new reply)
 
@@ -105,6 +106,7 @@ class ChatPanel(QWidget):
         self.remote.changed.connect(self._update_buttons)
         self.remote.refresh()  # the endpoints' model lists, in the background
         bridge.delta.connect(self._on_delta)
+        bridge.thinking.connect(self._on_thinking)
         bridge.notice.connect(self._on_notice)
         bridge.prompt_progress.connect(self._on_prompt_progress)
         bridge.finished.connect(self._on_finished)
@@ -420,11 +422,20 @@ class ChatPanel(QWidget):
         if conversation_id == self.conversation_id:
             self._throttle.request()
 
+    def _on_thinking(self, conversation_id: str, text: str) -> None:
+        stream = self._stream
+        if stream is None or stream.conversation_id != conversation_id:
+            return
+        stream.thinking.append(text)
+        if conversation_id == self.conversation_id:
+            self._throttle.request()
+
     def _waiting_reply(self, conversation_id: str) -> MessageWidget | None:
         """The reply of `conversation_id` being written, while it is shown and has no text
         yet (None otherwise)."""
         stream = self._stream
-        if stream is None or stream.conversation_id != conversation_id or stream.parts:
+        if (stream is None or stream.conversation_id != conversation_id or stream.parts
+                or stream.thinking):  # fmt: skip
             return None
         if conversation_id != self.conversation_id or not self.widgets:
             return None
@@ -444,7 +455,11 @@ class ChatPanel(QWidget):
         stream = self._stream
         if stream is None or stream.conversation_id != self.conversation_id or not self.widgets:
             return
-        self.widgets[-1].set_text(stream.prefix + "".join(stream.parts))
+        if stream.thinking:
+            self.widgets[-1].set_thinking("".join(stream.thinking).strip(),
+                                          live=not stream.parts)  # fmt: skip
+        if stream.parts or not stream.thinking:
+            self.widgets[-1].set_text(stream.prefix + "".join(stream.parts))
 
     def _on_finished(self, conversation_id: str, event: object) -> None:
         if self._stream is not None and self._stream.conversation_id == conversation_id:

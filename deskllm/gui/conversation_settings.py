@@ -32,7 +32,11 @@ SAMPLING_FIELDS: dict[str, tuple[str, float, float, float, int]] = {
     "repeat_penalty": ("Repeat penalty", 0.5, 2.0, 0.01, 2),
     "max_tokens": ("Max tokens", 1, 131072, 64, 0),
     "seed": ("Seed", -1, 2**31 - 1, 1, 0),
+    "reasoning_budget": ("Thinking budget (tokens; 0: no limit)", 0, 131072, 256, 0),
 }
+# Sampling.think: what a reasoning model's template is told (None: its own default).
+THINK_CHOICES = (("Model's default", None), ("Off", "off"), ("On", "on"), ("Low effort", "low"),
+                 ("Medium effort", "medium"), ("High effort", "high"))  # fmt: skip
 
 
 class ConversationSettingsDialog(QDialog):
@@ -70,6 +74,12 @@ class ConversationSettingsDialog(QDialog):
             self.fields[name] = box
             form.addRow(label, box)
         self.fields["seed"].setSpecialValueText("random")
+        self.think = QComboBox()
+        self.think.setToolTip("For reasoning models: whether they think before answering, and "
+                              "how hard, where their chat template takes it")  # fmt: skip
+        for label, value in THINK_CHOICES:
+            self.think.addItem(label, value)
+        form.addRow("Thinking", self.think)
         self._show_sampling(Sampling.from_dict(conversation.sampling))
 
         self.buttons = QDialogButtonBox(
@@ -89,12 +99,13 @@ class ConversationSettingsDialog(QDialog):
     def _show_sampling(self, sampling: Sampling) -> None:
         for name, box in self.fields.items():
             box.setValue(getattr(sampling, name))
+        self.think.setCurrentIndex(max(0, self.think.findData(sampling.think)))
 
     def sampling(self) -> dict[str, Any]:
         """The conversation's sampling dict with the edited fields (other keys kept)."""
         return dict(self.conversation.sampling) | {
             name: box.value() for name, box in self.fields.items()
-        }
+        } | {"think": self.think.currentData()}
 
     def values(self) -> dict[str, Any]:
         """Keyword arguments for ConversationStore.update."""

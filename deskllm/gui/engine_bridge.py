@@ -12,6 +12,7 @@ Signals (all emitted on the GUI thread):
     load_failed(str): why the load failed, in words for the user.
     unloaded(): the model was freed.
     delta(str, str): conversation id, text as it streams.
+    thinking(str, str): conversation id, a reasoning model's thinking as it streams.
     metrics(Metrics): live figures of the reply being written.
     prompt_progress(str, PromptProgress): conversation id, how far a long prompt is read.
     finished(str, Reply): conversation id and the stored, finished Reply.
@@ -55,6 +56,7 @@ class EngineBridge(QObject):
     load_failed = Signal(str)
     unloaded = Signal()
     delta = Signal(str, str)
+    thinking = Signal(str, str)  # a reasoning model's thinking as it streams
     metrics = Signal(object)
     prompt_progress = Signal(str, object)
     finished = Signal(str, object)
@@ -316,7 +318,9 @@ class EngineBridge(QObject):
             with self._active_lock:
                 self._active = reply
             for event in reply.events():
-                if isinstance(event, TextDelta):
+                if isinstance(event, TextDelta) and event.reasoning:
+                    self.tasks.post(self.thinking.emit, conversation_id, event.text)
+                elif isinstance(event, TextDelta):
                     self.tasks.post(self.delta.emit, conversation_id, event.text)
                 elif isinstance(event, Metrics):
                     self.tasks.post(self.metrics.emit, event)

@@ -51,6 +51,7 @@ from deskllm.gui.qt import (
     QWidget,
     Signal,
 )
+from deskllm.gui.thinking_view import ThinkingView
 from deskllm.store.conversations import Message
 
 LinkOpener = Callable[[QUrl], bool]  # QDesktopServices.openUrl, or a test's recorder
@@ -262,6 +263,7 @@ class MessageWidget(QFrame):
         header.addWidget(self.delete_button)
         self.set_versions(1, 1)
 
+        self.thinking = ThinkingView(self)  # a reasoning model's, folded
         self.body = QVBoxLayout()
         self.body.setSpacing(6)
         self.note = QLabel(wordWrap=True)
@@ -287,6 +289,7 @@ class MessageWidget(QFrame):
 
         layout = QVBoxLayout(self)
         layout.addLayout(header)
+        layout.addWidget(self.thinking)
         layout.addLayout(self.body)
         layout.addWidget(self.progress)
         layout.addLayout(notes)
@@ -300,6 +303,8 @@ class MessageWidget(QFrame):
         if not streaming:
             self.progress.hide()
         self.set_text(message.content if message.content or not streaming else "")
+        self.set_thinking(message.reasoning, message.metrics.get("reasoning_tokens"),
+                          message.metrics.get("reasoning_s"), live=streaming)
         notes = [route_note(message.metrics, message.model), status_note(message),
                  dropped_note(message.metrics)]  # fmt: skip
         self.note.setText("\n".join(n for n in notes if n))
@@ -311,9 +316,16 @@ class MessageWidget(QFrame):
         self.set_actions(False)
         self._enable_branch_actions()
 
+    def set_thinking(self, text: str, tokens: int | None = None, seconds: float | None = None,
+                     live: bool = False) -> None:  # fmt: skip
+        """A reasoning model's thinking, folded above the answer (hidden without any)."""
+        if text:
+            self.progress.hide()
+        self.thinking.set_thinking(text, tokens, seconds, live)
+
     def show_prompt_progress(self, progress: PromptProgress) -> None:
         """How far the prompt is read, in place of the reply until its first text."""
-        if self._text:
+        if self._text or self.thinking.isVisible():
             return  # the reply is being written: the prompt was read
         text = progress.describe()
         self.progress.setValue(round(progress.fraction * 1000))

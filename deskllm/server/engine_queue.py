@@ -135,8 +135,8 @@ class Job:
                 parts = [event]
                 while not self._events.empty():
                     after = self._events.get_nowait()
-                    if not isinstance(after, TextDelta):
-                        held = after  # given next, in its place
+                    if not isinstance(after, TextDelta) or after.reasoning != event.reasoning:
+                        held = after  # given next, in its place (thinking and answer apart)
                         break
                     parts.append(after)
                 event = merge_deltas(parts)
@@ -159,7 +159,8 @@ def merge_deltas(deltas: list[TextDelta]) -> TextDelta:
     if len(deltas) == 1:
         return deltas[0]
     logprobs = tuple(entry for d in deltas for entry in d.logprobs)
-    return TextDelta(deltas[0].request_id, "".join(d.text for d in deltas), logprobs)
+    return TextDelta(deltas[0].request_id, "".join(d.text for d in deltas), logprobs,
+                     deltas[0].reasoning)  # fmt: skip
 
 
 class EngineQueue:

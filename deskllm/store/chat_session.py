@@ -32,7 +32,9 @@ def stored_outcome(reply: Reply, writer: ReplyWriter) -> tuple[str, dict[str, An
     if reply.done is not None:
         done = reply.done
         status = "interrupted" if done.finish_reason == "cancelled" else "complete"
-        return status, metrics | {
+        thinking = ({"reasoning_tokens": done.reasoning_tokens, "reasoning_s": done.reasoning_s}
+                    if done.reasoning_tokens else {})  # fmt: skip
+        return status, metrics | thinking | {
             "finish_reason": done.finish_reason,
             "dropped_messages": done.dropped_messages,
             "warnings": list(done.warnings),
@@ -121,7 +123,9 @@ class ChatSession:
         )
         try:
             for event in engine_reply.events():
-                if isinstance(event, TextDelta):
+                if isinstance(event, TextDelta) and event.reasoning:
+                    writer.append_reasoning(event.text)
+                elif isinstance(event, TextDelta):
                     writer.append(event.text)
                 elif engine_reply.final is not None:
                     finish(*stored_outcome(engine_reply, writer))

@@ -44,6 +44,7 @@ class Message:
     metrics: dict[str, Any] = field(default_factory=dict)
     created_at: float = 0.0
     parent_id: int | None = None  # the message it follows (None: the first)
+    reasoning: str = ""  # a reasoning model's thinking, apart from the answer (content)
 
 
 def _conversation(row: dict) -> Conversation:
@@ -70,6 +71,7 @@ def _message(row: dict) -> Message:
         metrics=json.loads(row["metrics"] or "{}"),
         created_at=row["created_at"],
         parent_id=row.get("parent_id"),
+        reasoning=row.get("reasoning") or "",
     )
 
 
@@ -307,19 +309,24 @@ class ConversationStore:
             )
 
     def finish_message(
-        self, message_id: int, content: str, status: str, metrics: dict[str, Any] | None = None
+        self,
+        message_id: int,
+        content: str,
+        status: str,
+        metrics: dict[str, Any] | None = None,
+        reasoning: str | None = None,
     ) -> None:
         if status not in STATUSES:
             raise ValueError(f"unknown status {status!r}")
-        self.db["messages"].update(
-            message_id,
-            {
-                "content": content,
-                "status": status,
-                "metrics": json.dumps(metrics or {}),
-                "updated_at": time.time(),
-            },
-        )
+        row = {
+            "content": content,
+            "status": status,
+            "metrics": json.dumps(metrics or {}),
+            "updated_at": time.time(),
+        }
+        if reasoning is not None:
+            row["reasoning"] = reasoning
+        self.db["messages"].update(message_id, row)
 
     def mark_streaming_interrupted(self) -> int:
         """After a crash of the whole app: replies left mid-stream become `interrupted`."""
@@ -364,26 +371,40 @@ class ReplyWriter:
         self.message_id = message_id
         self.flush_interval_s = flush_interval_s
         self._parts: list[str] = [prefix] if prefix else []
-        self._flushed_len = len(prefix)
+        self._thinking: list[str] = []  # a reasoning model's, this time
+        self._flushed = (len(prefix), 0)
         self._last_flush = time.monotonic()
 
     @property
     def text(self) -> str:
         return "".join(self._parts)
 
+    @property
+    def reasoning(self) -> str:
+        return "".join(self._thinking)
+
     def append(self, delta: str) -> None:
         self._parts.append(delta)
+        self._maybe_flush()
+
+    def append_reasoning(self, delta: str) -> None:
+        self._thinking.append(delta)
+        self._maybe_flush()
+
+    def _maybe_flush(self) -> None:
         if time.monotonic() - self._last_flush >= self.flush_interval_s:
             self.flush()
 
     def flush(self) -> None:
-        text = self.text
-        if len(text) != self._flushed_len:
-            self.store.db["messages"].update(
-                self.message_id, {"content": text, "updated_at": time.time()}
-            )
-            self._flushed_len = len(text)
+        text, reasoning = self.text, self.reasoning
+        if (len(text), len(reasoning)) != self._flushed:
+            row: dict[str, Any] = {"content": text, "updated_at": time.time()}
+            if reasoning:
+                row["reasoning"] = reasoning
+            self.store.db["messages"].update(self.message_id, row)
+            self._flushed = (len(text), len(reasoning))
         self._last_flush = time.monotonic()
 
     def finish(self, status: str, metrics: dict[str, Any] | None = None) -> None:
-        self.store.finish_message(self.message_id, self.text, status, metrics)
+        self.store.finish_message(self.message_id, self.text, status, metrics,
+                                  self.reasoning.strip() or None)  # fmt: skip

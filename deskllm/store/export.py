@@ -49,6 +49,7 @@ def conversation_dict(store: ConversationStore, conversation_id: str) -> dict[st
             {
                 "role": m.role,
                 "content": m.content,
+                **({"reasoning": m.reasoning} if m.reasoning else {}),
                 "status": m.status,
                 "model": m.model,
                 "sampling": m.sampling,
@@ -70,7 +71,11 @@ def conversation_markdown(store: ConversationStore, conversation_id: str) -> str
     if conversation.system_prompt:
         lines += ["", "## System prompt", "", conversation.system_prompt]
     for message in store.messages(conversation_id):
-        lines += ["", f"## {_TITLES.get(message.role, message.role)}", "", message.content]
+        lines += ["", f"## {_TITLES.get(message.role, message.role)}", ""]
+        if message.reasoning:  # folded where Markdown renders HTML (GitHub), plain elsewhere
+            lines += ["<details><summary>Thinking</summary>", "", message.reasoning, "",
+                      "</details>", ""]  # fmt: skip
+        lines.append(message.content)
         if message.status != "complete":
             lines += ["", f"*({message.status})*"]
         if figures := figures_line(message):
@@ -189,6 +194,7 @@ def _checked(data: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
             {
                 "role": role,
                 "content": _field(item, "content", str, where),
+                "reasoning": _field(item, "reasoning", str, where, ""),
                 # Nothing is writing it any more: a reply cut off mid-stream is interrupted.
                 "status": "interrupted" if status == "streaming" else status,
                 "model": _field(item, "model", (str, type(None)), where, None),

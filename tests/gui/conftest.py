@@ -47,19 +47,20 @@ def load_overrides(extra_bufts, tmp_path):
 
 @pytest.fixture
 def make_window(qtbot, starter_model, deskllm_home, gui_state, load_overrides):
-    """make_window(**settings_changes): a shown MainWindow with the starter model loaded, on
-    settings for this 2-core machine (2048 tokens, 2 threads, GPU offload off)."""
+    """make_window(model_path=None, **settings_changes): a shown MainWindow with the starter
+    model (or `model_path`) loaded, on settings for this 2-core machine (2048 tokens, 2
+    threads, GPU offload off)."""
     bridges: list[EngineBridge] = []
 
-    def make(**changes) -> MainWindow:
+    def make(model_path: str | None = None, **changes) -> MainWindow:
         store = ConversationStore(open_database())
         library = ModelLibrary(store.db)
         library.ensure_starter()  # what app.py does on every start
         bridge = EngineBridge(EngineClient(), deskllm_home / "deskllm.sqlite3")
         bridges.append(bridge)
         settings = Settings(**({"n_ctx": 2048, "n_threads": 2, "gpu_offload": "off"} | changes))
-        win = MainWindow(store, bridge, str(starter_model), gui_state(), settings, library,
-                         load_overrides)  # fmt: skip
+        win = MainWindow(store, bridge, model_path or str(starter_model), gui_state(), settings,
+                         library, load_overrides)  # fmt: skip
         qtbot.addWidget(win)
         win.show()
         with qtbot.waitSignal(bridge.loaded, timeout=REPLY_TIMEOUT_MS):

@@ -42,7 +42,15 @@ def test_sampling_and_system_prompt_are_stored_and_used(qtbot, window):
     again = _open_settings(window)  # the dialog shows what is stored
     assert again.fields["max_tokens"].value() == 5
     assert again.system_prompt.toPlainText() == "You answer in one word."
-    again.reject()
+    assert again.think.currentData() is None  # the model's default
+    again.think.setCurrentIndex(again.think.findData("off"))
+    again.fields["reasoning_budget"].setValue(512)
+    _ok(again)
+    sampling = window.store.get(window.chat.conversation_id).sampling
+    assert sampling["think"] == "off" and sampling["reasoning_budget"] == 512
+    third = _open_settings(window)
+    assert third.think.currentText() == "Off"
+    third.reject()
 
 
 def test_restore_defaults_and_cancel(qtbot, window):

@@ -220,3 +220,25 @@ def test_an_export_replaces_a_file_whole_and_leaves_no_temporary_file(store, cha
     with pytest.raises(ExportError, match="Cannot write"):
         export_markdown(store, chat, folder / "no such folder" / "x.md")
     assert [p.name for p in folder.iterdir()] == ["chat.md"]
+
+
+def test_a_replys_thinking_is_exported_folded_and_comes_back(store, tmp_path):
+    cid = store.create("Sky").id
+    store.add_message(cid, "user", "What colour is the sky?")
+    reply = store.begin_reply(cid, "/models/r1.gguf")
+    reply.append_reasoning("Rayleigh scattering favours ")
+    reply.append_reasoning("short wavelengths.")
+    reply.append("Blue.")
+    reply.finish("complete", {"reasoning_tokens": 9, "reasoning_s": 0.4})
+    stored = store.messages(cid)[-1]
+    assert (stored.content, stored.reasoning) == ("Blue.", "Rayleigh scattering favours short "
+                                                           "wavelengths.")  # fmt: skip
+    markdown = tmp_path / "sky.md"
+    export_markdown(store, cid, markdown)
+    assert ("<details><summary>Thinking</summary>\n\nRayleigh scattering favours short "
+            "wavelengths.\n\n</details>\n\nBlue.") in markdown.read_text(encoding="utf-8")
+    path = tmp_path / "sky.json"
+    export_json(store, cid, path)
+    again = import_json(store, path)
+    assert store.messages(again.id)[-1].reasoning == stored.reasoning
+    assert store.messages(again.id)[0].reasoning == ""  # none for a user message

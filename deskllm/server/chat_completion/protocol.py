@@ -4,7 +4,7 @@ fields it does not know)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -121,6 +121,13 @@ class ChatCompletionRequest(BaseModel):
     # LM Studio's: seconds a model loaded on demand for this request stays after it (-1:
     # as long as the server runs); unset: the server's --keep-alive.
     ttl: int | None = Field(default=None, ge=-1)
+    # Reasoning models. OpenAI's reasoning_effort; llama-server's reasoning_format ("none"
+    # leaves the thinking in content), reasoning_budget (tokens; -1 no limit, 0 no thinking)
+    # and chat_template_kwargs (enable_thinking is read).
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
+    reasoning_format: Literal["none", "auto", "deepseek", "deepseek-legacy"] | None = None
+    reasoning_budget: int | None = Field(default=None, ge=-1)
+    chat_template_kwargs: dict[str, Any] | None = None
 
 
 class Usage(BaseModel):
@@ -181,6 +188,8 @@ class ToolCall(BaseModel):
 class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None
+    # A reasoning model's thinking, apart from the answer (llama-server's and DeepSeek's name).
+    reasoning_content: str | None = None
     tool_calls: list[ToolCall] | None = None
 
 
@@ -209,6 +218,7 @@ class DeltaToolCall(ToolCall):
 class Delta(BaseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    reasoning_content: str | None = None
     tool_calls: list[DeltaToolCall] | None = None
 
 

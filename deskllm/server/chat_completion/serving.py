@@ -72,12 +72,32 @@ def to_sampling(req: ChatCompletionRequest, n_ctx: int, plan: ToolPlan | None = 
     """The engine's Sampling for a request; unset fields keep deskllm's defaults. max_tokens
     is capped by the context; unset, the reply may fill it. A forced tool call's schema
     takes the place of response_format's."""
+    think, budget = reasoning_of(req)
     return dataclasses.replace(
         common_sampling(req, req.max_completion_tokens or req.max_tokens, n_ctx),
         json_schema=plan.forced_schema if plan and plan.forced else json_schema(req),
         token_logprobs=bool(req.logprobs),
         top_logprobs=(req.top_logprobs or 0) if req.logprobs else 0,
+        think=think,
+        reasoning_budget=budget,
+        split_reasoning=req.reasoning_format != "none",
     )
+
+
+def reasoning_of(req: ChatCompletionRequest) -> tuple[str | None, int]:
+    """Sampling.think and reasoning_budget from the request: reasoning_budget 0 or
+    reasoning_effort none/minimal turn thinking off, an effort is given to the template,
+    chat_template_kwargs' enable_thinking says on or off."""
+    think: str | None = None
+    kwargs = req.chat_template_kwargs or {}
+    if isinstance(kwargs.get("enable_thinking"), bool):
+        think = "on" if kwargs["enable_thinking"] else "off"
+    if req.reasoning_effort is not None:
+        think = "off" if req.reasoning_effort in ("none", "minimal") else req.reasoning_effort
+    budget = req.reasoning_budget
+    if budget == 0:
+        think = "off"
+    return think, budget if budget and budget > 0 else 0
 
 
 def common_sampling(req: Any, max_tokens: int | None, n_ctx: int) -> Sampling:
@@ -210,7 +230,8 @@ class ChatCompletionServing:
         parsed = plan.read(final.text)
         if parsed.calls:
             finish = "tool_calls"
-        message = AssistantMessage(content=parsed.content, tool_calls=_calls(parsed) or None)
+        message = AssistantMessage(content=parsed.content, tool_calls=_calls(parsed) or None,
+                                   reasoning_content=final.reasoning or None)  # fmt: skip
         return ChatCompletion(
             id=f"chatcmpl-{uuid.uuid4().hex}",
             created=int(time.time()),
@@ -252,7 +273,10 @@ class ChatCompletionServing:
         try:
             yield chunk(Delta(role="assistant", content=""))
             async for event in job.stream():
-                if isinstance(event, TextDelta):
+                if isinstance(event, TextDelta) and event.reasoning:
+                    if event.text:
+                        yield chunk(Delta(reasoning_content=event.text))
+                elif isinstance(event, TextDelta):
                     text = calls.feed(event.text) if calls is not None else event.text
                     logprobs = chat_logprobs(event.logprobs) if req.logprobs else None
                     if text or logprobs is not None:

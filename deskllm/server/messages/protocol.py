@@ -15,6 +15,17 @@ class TextBlock(BaseModel):
     text: str
 
 
+class ThinkingBlock(BaseModel):
+    """A reasoning model's thinking: in an answer, first; in assistant turns sent back it is
+    accepted and not given to the model again (the chat template leaves it out)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: Literal["thinking"] = "thinking"
+    thinking: str
+    signature: str = ""  # Anthropic signs its own; a local model's thinking has nothing to sign
+
+
 class ToolUseBlock(BaseModel):
     """A call the assistant made: in an answer, and in the assistant turns sent back."""
 
@@ -45,7 +56,8 @@ class ToolResultBlock(BaseModel):
         return f"Error: {text}" if self.is_error else text
 
 
-ContentBlock = Annotated[TextBlock | ToolUseBlock | ToolResultBlock, Field(discriminator="type")]
+ContentBlock = Annotated[TextBlock | ThinkingBlock | ToolUseBlock | ToolResultBlock,
+                         Field(discriminator="type")]
 
 
 class MessageParam(BaseModel):
@@ -81,6 +93,15 @@ class ToolChoice(BaseModel):
     disable_parallel_tool_use: bool | None = None  # True: only the reply's first call
 
 
+class ThinkingParam(BaseModel):
+    """`thinking`: {"type": "enabled", "budget_tokens": N} or {"type": "disabled"}."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: Literal["enabled", "disabled", "adaptive"]
+    budget_tokens: int | None = Field(default=None, ge=1)
+
+
 class Metadata(BaseModel):
     model_config = ConfigDict(extra="allow")
 
@@ -102,6 +123,7 @@ class MessagesRequest(BaseModel):
     metadata: Metadata | None = None
     tools: list[ToolParam] | None = None
     tool_choice: ToolChoice | None = None
+    thinking: ThinkingParam | None = None
     ignore_eos: bool = False  # deskllm's extension, as in chat completions: benchmarks, tests
 
     def system_text(self) -> str:
@@ -127,7 +149,7 @@ class Message(BaseModel):
     id: str
     type: Literal["message"] = "message"
     role: Literal["assistant"] = "assistant"
-    content: list[TextBlock | ToolUseBlock]
+    content: list[ThinkingBlock | TextBlock | ToolUseBlock]
     model: str
     stop_reason: StopReason | None
     stop_sequence: str | None = None

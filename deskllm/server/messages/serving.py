@@ -30,6 +30,7 @@ from deskllm.server.messages.protocol import (
     MessagesUsage,
     StopReason,
     TextBlock,
+    ThinkingBlock,
     ToolResultBlock,
     ToolUseBlock,
 )
@@ -56,6 +57,9 @@ def to_sampling(req: MessagesRequest, n_ctx: int, plan: ToolPlan = NO_TOOLS) -> 
         stop=tuple(utf8(s, "stop_sequences") for s in req.stop_sequences or () if s),
         json_schema=plan.forced_schema,
         ignore_eos=req.ignore_eos,
+        think=None if req.thinking is None else ("off" if req.thinking.type == "disabled"
+                                                 else "on"),
+        reasoning_budget=req.thinking.budget_tokens or 0 if req.thinking else 0,
     )
 
 
@@ -181,6 +185,8 @@ class MessagesServing:
         parsed = plan.read(done.text)
         uses = tool_uses(parsed)
         content: list = [TextBlock(text=parsed.content or "")] if parsed.content or not uses else []
+        if done.reasoning:
+            content.insert(0, ThinkingBlock(thinking=done.reasoning))
         return Message(
             id=f"msg_{uuid.uuid4().hex}",
             content=content + uses,
@@ -200,21 +206,38 @@ class MessagesServing:
             stop_reason=None, usage=MessagesUsage(input_tokens=0, output_tokens=0),
         )  # fmt: skip
         calls = ToolCallStream(plan.names, plan.forced) if plan.parse_calls else None
-        text_open, index = False, 0
+        # Blocks in order: a reasoning model's thinking, the text, then each call.
+        text_open, thinking_open, index = False, False, 0
 
         def text_delta(text: str) -> str:
             return _event("content_block_delta",
-                          {"index": 0, "delta": {"type": "text_delta", "text": text}})  # fmt: skip
+                          {"index": index, "delta": {"type": "text_delta", "text": text}})
+
+        def end_thinking() -> str:
+            nonlocal thinking_open, index
+            thinking_open, index = False, index + 1
+            return _event("content_block_stop", {"index": index - 1})
 
         finished = False
         try:
             yield _event("message_start", {"message": start.model_dump()})
             async for event in job.stream():
-                if isinstance(event, TextDelta):
+                if isinstance(event, TextDelta) and event.reasoning:
+                    if event.text and not thinking_open and not text_open:
+                        thinking_open = True
+                        block = {"type": "thinking", "thinking": "", "signature": ""}
+                        yield _event("content_block_start",
+                                     {"index": index, "content_block": block})  # fmt: skip
+                    if event.text and thinking_open:
+                        yield _event("content_block_delta", {"index": index, "delta": {
+                            "type": "thinking_delta", "thinking": event.text}})  # fmt: skip
+                elif isinstance(event, TextDelta):
                     text = calls.feed(event.text) if calls is not None else event.text
+                    if text and thinking_open:
+                        yield end_thinking()
                     if text and not text_open:
                         text_open = True
-                        yield _text_block_start()
+                        yield _text_block_start(index)
                     if text:
                         yield text_delta(text)
                 elif isinstance(event, Done):
@@ -223,14 +246,16 @@ class MessagesServing:
                         plan.limit(calls.finish()) if calls is not None else ParsedReply(None, ())
                     )
                     uses = tool_uses(parsed)
+                    if thinking_open:
+                        yield end_thinking()
                     if (parsed.content or not uses) and not text_open:
                         text_open = True
-                        yield _text_block_start()
+                        yield _text_block_start(index)
                     if parsed.content:
                         yield text_delta(parsed.content)
                     if text_open:
-                        yield _event("content_block_stop", {"index": 0})
-                        index = 1
+                        yield _event("content_block_stop", {"index": index})
+                        index += 1
                     for i, use in enumerate(uses, start=index):
                         block = use.model_dump() | {"input": {}}
                         yield _event("content_block_start", {"index": i, "content_block": block})
@@ -254,9 +279,9 @@ class MessagesServing:
                     cancel(job)
 
 
-def _text_block_start() -> str:
+def _text_block_start(index: int) -> str:
     return _event(
-        "content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}}
+        "content_block_start", {"index": index, "content_block": {"type": "text", "text": ""}}
     )
 
 

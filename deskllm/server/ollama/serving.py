@@ -30,6 +30,7 @@ from deskllm.server.durations import parse_duration
 from deskllm.server.embeddings.protocol import EmbeddingRequest
 from deskllm.server.embeddings.serving import EmbeddingServing
 from deskllm.server.engine_queue import Job
+from deskllm.server.extra_model import ExtraModel
 from deskllm.server.model_host import ModelHost
 from deskllm.server.models.serving import check_model, check_ready
 from deskllm.server.ollama.protocol import (
@@ -68,17 +69,33 @@ def keep_alive_s(value: KeepAlive) -> float | None:
         raise errors.bad_request(f"keep_alive {value!r} is not a duration (e.g. 5m, 1h, 30s, "
                                  "0 to unload, -1 to keep).", param="keep_alive") from None
 
-def check_think(req: OllamaChatRequest | OllamaGenerateRequest) -> None:
-    """`think`: false (or absent) is what deskllm does; thinking itself is not separated yet,
-    so asking for it is refused as Ollama refuses it for a model without the capability."""
-    if req.think not in (None, False, "false", "none"):
-        raise errors.bad_request(f"{req.model!r} does not support thinking on this server "
-                                 "(send think: false or leave it out).", param="think")  # fmt: skip
+def check_think(req: OllamaChatRequest | OllamaGenerateRequest,
+                target: ModelHost | ExtraModel) -> None:  # fmt: skip
+    """`think` on a model that does not reason is refused, as Ollama refuses it."""
+    if req.think in (None, False, "false", "none"):
+        return
+    if req.think not in (True, "true", "low", "medium", "high"):
+        raise errors.bad_request(f"think {req.think!r}: use true, false, low, medium or high.",
+                                 param="think")  # fmt: skip
+    loaded = target.client.loaded
+    if loaded is not None and loaded.reasoning_markers is None:
+        raise errors.bad_request(f"{req.model!r} does not support thinking.", param="think")
+
+
+def think_fields(think: bool | str | None) -> dict:
+    """Ollama's `think` as the OpenAI request's fields."""
+    if think in (None, ""):
+        return {}
+    if think in (False, "false", "none"):
+        return {"chat_template_kwargs": {"enable_thinking": False}}
+    if think in ("low", "medium", "high"):
+        return {"reasoning_effort": think}
+    return {"chat_template_kwargs": {"enable_thinking": True}}
 
 
 def openai_fields(req: OllamaChatRequest | OllamaGenerateRequest, n_ctx: int) -> dict:
     """Sampling options and `format` as OpenAI request fields."""
-    fields: dict[str, Any] = {"stream": req.stream}
+    fields: dict[str, Any] = {"stream": req.stream, **think_fields(req.think)}
     for key, value in (req.options or {}).items():
         if key in _OPTIONS and value is not None:
             fields[_OPTIONS[key]] = value
@@ -180,10 +197,12 @@ class _Shape:
     def __init__(self, chat: bool) -> None:
         self.chat = chat
 
-    def text(self, text: str, calls: list[dict] | None = None) -> dict:
+    def text(self, text: str, calls: list[dict] | None = None, thinking: str = "") -> dict:
         if not self.chat:
-            return {"response": text}
+            return {"response": text, **({"thinking": thinking} if thinking else {})}
         message: dict[str, Any] = {"role": "assistant", "content": text}
+        if thinking:
+            message["thinking"] = thinking
         if calls:
             message["tool_calls"] = calls
         return {"message": message}
@@ -199,7 +218,7 @@ class OllamaServing:
 
     # Admission --------------------------------------------------------------------------------
     def admit_chat(self, req: OllamaChatRequest, backend) -> tuple[Job, ToolPlan]:
-        check_think(req)
+        check_think(req, self.host.target(model_name(req.model)))
         keep_alive_s(req.keep_alive)
         fields = openai_fields(req, self.host.target(model_name(req.model)).n_ctx)
         openai = _validated(ChatCompletionRequest, {
@@ -208,7 +227,7 @@ class OllamaServing:
         return self.chat_serving.admit(openai, backend)
 
     def admit_generate(self, req: OllamaGenerateRequest, backend) -> tuple[Job, ToolPlan]:
-        check_think(req)
+        check_think(req, self.host.target(model_name(req.model)))
         keep_alive_s(req.keep_alive)
         for field, value, why in (
             ("suffix", req.suffix, "fill in the middle is not supported"),
@@ -247,7 +266,7 @@ class OllamaServing:
         return {
             "model": answering_model(self.host, job),
             "created_at": now_rfc3339(),
-            **shape.text(parsed.content or "", tool_calls(parsed)),
+            **shape.text(parsed.content or "", tool_calls(parsed), final.reasoning),
             "done": True,
             "done_reason": _FINISH.get(final.finish_reason, "stop"),
             **durations(final.metrics, started),
@@ -268,7 +287,10 @@ class OllamaServing:
         finished = False
         try:
             async for event in job.stream():
-                if isinstance(event, TextDelta):
+                if isinstance(event, TextDelta) and event.reasoning:
+                    if event.text:
+                        yield line(shape.text("", thinking=event.text))
+                elif isinstance(event, TextDelta):
                     text = calls.feed(event.text) if calls is not None else event.text
                     if text:
                         yield line(shape.text(text))
