@@ -26,8 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SHOTS = ("chat", "chat-progress", "models-recommended", "models-installed", "models-discover",
-         "hardware", "usage", "server")  # fmt: skip
+SHOTS = ("chat", "chat-progress", "chat-thinking", "models-recommended", "models-installed",
+         "models-discover", "hardware", "usage", "server")  # fmt: skip
 SIZE = (1280, 800)
 PROMPTS = (
     "What can I do on a rainy Sunday afternoon at home?",
@@ -36,6 +36,10 @@ PROMPTS = (
 API_PROMPTS = ("Name three rivers.", "What is a haiku?", "Explain rain in one sentence.",
                "List four colours.", "Write a limerick about a cat.")  # fmt: skip
 STREAM_GRAB_CHARS = 400  # grab once this much of the reply is on screen, readouts running
+# DeepSeek-R1's shape: the generation prompt opens the thinking block.
+R1_TEMPLATE = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
+               "message['content'] + '<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt "
+               "%}{{ '<|im_start|>assistant\\n<think>\\n' }}{% endif %}")
 TIMEOUT_S = 300.0  # a loaded 2-core machine is slow; nothing here is timed
 
 
@@ -208,6 +212,8 @@ class Shooter:
             self.models(window, repo, "models-discover" in wanted)
         if "server" in wanted:
             self.server(window)
+        if "chat-thinking" in wanted:  # last: it loads another model
+            self.thinking(window, work)
 
     def server(self, window) -> None:
         """Engine → Local API server…: serving the window's model, with three finished API
@@ -321,6 +327,34 @@ class Shooter:
             self.save("chat-progress", window)
         bridge.stop()
         self.wait(lambda: bool(finished), "the reply to stop")
+
+    def thinking(self, window, work: Path) -> None:
+        """A reasoning reply, its thinking unfolded above the answer: the starter model with a
+        DeepSeek-R1-style template (its prompt opens <think>), the thinking closed by a budget."""
+        starter = Path(window.model_path)
+        model = work / "SmolLM2-135M-Instruct-thinking.Q4_1.gguf"
+        subprocess.run(
+            [sys.executable, "-m", "gguf.scripts.gguf_new_metadata", str(starter), str(model),
+             "--chat-template", R1_TEMPLATE, "--force"],
+            check=True, capture_output=True, timeout=300,
+        )  # fmt: skip
+        chat, bridge = window.chat, window.bridge
+        loaded: list[object] = []
+        bridge.loaded.connect(loaded.append)
+        window.load_model(str(model))
+        self.wait(lambda: bool(loaded), "the thinking model to load")
+        window.new_conversation()
+        window.store.update(chat.conversation_id, sampling={
+            "temperature": 0, "max_tokens": 160, "reasoning_budget": 64})  # fmt: skip
+        finished: list[object] = []
+        bridge.finished.connect(lambda _cid, reply: finished.append(reply))
+        chat.input.setPlainText("Why is the sky blue?")
+        chat.send()
+        self.wait(lambda: bool(finished), "the thinking reply")
+        self.settle()
+        chat.widgets[-1].thinking.toggle.click()
+        self.settle()
+        self.save("chat-thinking", window)
 
     def usage(self, window) -> None:
         """View → Usage… on this home's real replies (the chat scene's): tokens per day, per

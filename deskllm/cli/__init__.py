@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "deskllm.cli.recommend",
     "deskllm.cli.serve",
     "deskllm.cli.loaded",
+    "deskllm.cli.mcp",
     "deskllm.cli.remote",
     "deskllm.cli.usage",
 )

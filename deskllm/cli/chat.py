@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterator
 
 from deskllm import settings as settings_mod
 from deskllm.backends import AUTO, Resolver
@@ -70,6 +71,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--think", choices=("off", "on", "low", "medium", "high"), default=None,
                    help="a reasoning model's thinking: off, on, or an effort where its "
                         "template takes one (default: the template's own)")  # fmt: skip
+    p.add_argument("--mcp", default=None, metavar="NAME[,NAME]",
+                   help="let the model use these MCP servers' tools (`deskllm mcp add`); each "
+                        "call is asked on the terminal first")  # fmt: skip
+    p.add_argument("--allow", action="append", default=[], metavar="TOOL",
+                   help="with --mcp: run this tool without asking (repeatable)")
+    p.add_argument("--tool-choice", choices=("auto", "required", "none"), default="auto",
+                   help="with --mcp: required makes the model's first reply a call")
+    p.add_argument("--tool-timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="with --mcp: a call that takes longer is abandoned (default 30)")
     p.add_argument("--reasoning-budget", type=int, default=0, metavar="TOKENS",
                    help="close a reasoning model's thinking after this many tokens and make "
                         "it answer (0: no limit)")  # fmt: skip
@@ -189,6 +199,10 @@ def cmd_chat(args: argparse.Namespace) -> int:
         _print_template_note(loaded)
         if args.metrics:
             _print_load(loader.last_check, loaded)
+        if args.mcp:
+            from deskllm.cli.mcp import tool_chat
+
+            return tool_chat(args, client, model_path, sampling)
         return _converse(args, store, ChatSession(client, store), model_path, sampling)
 
 
@@ -268,30 +282,34 @@ def _converse(
     conversation = store.create(
         title, args.system, model, sampling.__dict__ | {"stop": list(sampling.stop)}
     )
-    prompts = [args.prompt] if args.prompt is not None else None
-    while True:
-        if prompts is not None:
-            if not prompts:
-                return 0
-            text = prompts.pop()
-        else:
+    for text in user_messages(args.prompt):
+        if router is not None and text.startswith("/remote "):
             try:
-                text = input("> ")
-            except (EOFError, KeyboardInterrupt):
-                print()
-                return 0
-            if not text.strip():
+                router.ask_remote_next()
+            except ValueError as exc:
+                print(f"deskllm: {exc}", file=sys.stderr)
                 continue
-            if router is not None and text.startswith("/remote "):
-                try:
-                    router.ask_remote_next()
-                except ValueError as exc:
-                    print(f"deskllm: {exc}", file=sys.stderr)
-                    continue
-                text = text.removeprefix("/remote ")
+            text = text.removeprefix("/remote ")
         status = _stream(session.send(conversation.id, text, sampling), args.metrics)
-        if status and prompts is not None:
+        if status and args.prompt is not None:
             return status
+    return 0
+
+
+def user_messages(prompt: str | None) -> Iterator[str]:
+    """The one message of --prompt, or the REPL's lines (blank ones skipped) until end of
+    input or Ctrl+C."""
+    if prompt is not None:
+        yield prompt
+        return
+    while True:
+        try:
+            text = input("> ")
+        except (EOFError, KeyboardInterrupt):
+            print()
+            return
+        if text.strip():
+            yield text
 
 
 class _PromptLine:

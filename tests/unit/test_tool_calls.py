@@ -5,12 +5,12 @@ import json
 
 import pytest
 
-from deskllm.server.chat_completion.protocol import ChatCompletionRequest
-from deskllm.server.chat_completion.tool_calls import (
+from deskllm.engine.tool_calls import (
     ToolCall,
     ToolCallStream,
     parse_tool_calls,
 )
+from deskllm.server.chat_completion.protocol import ChatCompletionRequest
 from deskllm.server.chat_completion.tool_choice import NO_TOOLS, plan_tools
 from deskllm.server.errors import ApiError
 

@@ -22,6 +22,7 @@ from deskllm.engine.domain import (
     Sampling,
     TextDelta,
 )
+from deskllm.engine.tool_calls import ParsedReply, ToolCallStream
 from deskllm.server import errors
 from deskllm.server.chat_completion.protocol import (
     AssistantMessage,
@@ -39,7 +40,6 @@ from deskllm.server.chat_completion.protocol import (
     ToolCall,
     Usage,
 )
-from deskllm.server.chat_completion.tool_calls import ParsedReply, ToolCallStream
 from deskllm.server.chat_completion.tool_choice import ToolPlan, plan_tools
 from deskllm.server.engine_queue import ChatRequest, Job
 from deskllm.server.logprobs import chat_logprobs

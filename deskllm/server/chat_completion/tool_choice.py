@@ -8,9 +8,9 @@ import dataclasses
 import json
 from dataclasses import dataclass
 
+from deskllm.engine.tool_calls import ParsedReply, call_schema, parse_tool_calls
 from deskllm.server import errors
 from deskllm.server.chat_completion.protocol import ChatCompletionRequest
-from deskllm.server.chat_completion.tool_calls import ParsedReply, parse_tool_calls
 
 
 @dataclass(frozen=True)
@@ -91,13 +91,3 @@ def tool_plan(
     schemas = [call_schema(n, parameters[n]) for n in chosen]
     schema = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
     return ToolPlan(tools_json, frozenset(chosen), json.dumps(schema), True)
-
-
-def call_schema(name: str, parameters: dict | None) -> dict:
-    """One call as the Llama 3.x JSON style writes it, which the parser reads."""
-    return {
-        "type": "object",
-        "properties": {"name": {"const": name}, "arguments": parameters or {"type": "object"}},
-        "required": ["name", "arguments"],
-        "additionalProperties": False,
-    }

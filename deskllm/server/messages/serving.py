@@ -17,11 +17,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from deskllm.engine.backend import ChatBackend
 from deskllm.engine.domain import ChatMessage, Done, Error, Exited, Metrics, Sampling, TextDelta
-from deskllm.server import errors
-from deskllm.server.chat_completion.tool_calls import (
+from deskllm.engine.tool_calls import (
     ParsedReply,
     ToolCallStream,
 )
+from deskllm.server import errors
 from deskllm.server.chat_completion.tool_choice import NO_TOOLS, ToolPlan, tool_plan
 from deskllm.server.engine_queue import ChatRequest, Job
 from deskllm.server.messages.protocol import (

@@ -19,10 +19,10 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from deskllm.engine.domain import Done, Error, Exited, Metrics, TextDelta
+from deskllm.engine.tool_calls import ParsedReply, ToolCallStream
 from deskllm.server import errors
 from deskllm.server.chat_completion.protocol import ChatCompletionRequest
 from deskllm.server.chat_completion.serving import ChatCompletionServing
-from deskllm.server.chat_completion.tool_calls import ParsedReply, ToolCallStream
 from deskllm.server.chat_completion.tool_choice import NO_TOOLS, ToolPlan
 from deskllm.server.completion.protocol import CompletionRequest
 from deskllm.server.completion.serving import CompletionServing

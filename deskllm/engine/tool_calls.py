@@ -164,3 +164,13 @@ def _marker_prefix_len(text: str) -> int:
                 best = n
                 break
     return best
+
+
+def call_schema(name: str, parameters: dict | None) -> dict:
+    """One call as the Llama 3.x JSON style writes it, which the parser reads."""
+    return {
+        "type": "object",
+        "properties": {"name": {"const": name}, "arguments": parameters or {"type": "object"}},
+        "required": ["name", "arguments"],
+        "additionalProperties": False,
+    }
