@@ -167,6 +167,8 @@ def tool_chat(args: argparse.Namespace, client, model_path: str, sampling) -> in
                   "without it", file=sys.stderr)  # fmt: skip
         tools = hub.tools()
         print(f"[tools: {', '.join(t.name for t in tools) or 'none'}]", file=sys.stderr)
+        if tools and (note := small_model_note(model_path)):
+            print(f"[note: {note}]", file=sys.stderr)
         if args.tool_choice == "required" and not tools:
             print("deskllm: --tool-choice required, but no tool is available", file=sys.stderr)
             return 1
@@ -203,6 +205,24 @@ def tool_chat(args: argparse.Namespace, client, model_path: str, sampling) -> in
                       file=sys.stderr)  # fmt: skip
             messages += turn.messages
     return 1 if failed else 0
+
+
+SMALL_FOR_TOOLS = 3e9  # parameters; below it, models seldom pick tools and arguments well
+
+
+def small_model_note(model_path: str) -> str | None:
+    """Said before a chat with tools on a small model: it may call the wrong tool or none."""
+    from deskllm.gguf.header import GgufError, read_header
+
+    try:
+        n = read_header(model_path).n_params
+    except GgufError:
+        return None
+    if not n or n >= SMALL_FOR_TOOLS:
+        return None
+    size = f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.0f}M"
+    return (f"this model has {size} parameters; models this small often call the wrong tool, "
+            "with wrong arguments, or none (7B and larger do much better)")
 
 
 def ask_consent(call, store: McpConfig) -> str:

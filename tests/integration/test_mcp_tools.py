@@ -221,10 +221,12 @@ def test_the_command_line(tmp_path, session_home):
                "required", "--prompt", "What time is it in Tokyo?", "--temperature", "0",
                "--max-tokens", "60")  # fmt: skip
     assert chat.returncode == 0, chat.stderr
+    assert "[note: this model has 135M parameters; models this small often" in chat.stderr
     assert "[call] time/" in chat.stderr
     assert "[result]" in chat.stderr or "[error]" in chat.stderr
     failing = cli(home, "chat", "--mcp", "time,missing", "--tool-choice", "required",
-                  "--prompt", "What time is it?", "--max-tokens", "60")  # fmt: skip
+                  "--prompt", "What time is it in Tokyo?", "--temperature", "0",
+                  "--max-tokens", "60")  # fmt: skip
     assert failing.returncode == 1  # a server failed: the script says so by its status
     assert "the MCP server missing failed to start" in failing.stderr
     # Not allowed and no terminal to ask: denied, and said.
