@@ -69,6 +69,7 @@ def keep_alive_s(value: KeepAlive) -> float | None:
         raise errors.bad_request(f"keep_alive {value!r} is not a duration (e.g. 5m, 1h, 30s, "
                                  "0 to unload, -1 to keep).", param="keep_alive") from None
 
+
 def check_think(req: OllamaChatRequest | OllamaGenerateRequest,
                 target: ModelHost | ExtraModel) -> None:  # fmt: skip
     """`think` on a model that does not reason is refused, as Ollama refuses it."""
