@@ -190,12 +190,20 @@ def tool_chat(args: argparse.Namespace, client, model_path: str, sampling) -> in
 
         for text in user_messages(args.prompt):
             messages.append(ChatMessage("user", text))
-            turn = run_tool_turn(
-                client, conversation, messages, sampling, hub, consent,
-                tool_choice=args.tool_choice, allowed=allowed,
-                on_text=lambda t: (sys.stdout.write(t), sys.stdout.flush()),
-                on_call=on_call, on_result=on_result,
-            )  # fmt: skip
+            stop = threading.Event()
+            try:
+                turn = run_tool_turn(
+                    client, conversation, messages, sampling, hub, consent,
+                    tool_choice=args.tool_choice, allowed=allowed,
+                    on_text=lambda t: (sys.stdout.write(t), sys.stdout.flush()),
+                    on_call=on_call, on_result=on_result, cancel=stop,
+                )  # fmt: skip
+            except KeyboardInterrupt:  # Ctrl+C: this turn ends, a running tool is abandoned
+                stop.set()
+                client.cancel()
+                print("\n[stopped]", file=sys.stderr)
+                messages.pop()
+                continue
             print()
             if turn.error:
                 print(f"deskllm: {turn.error}", file=sys.stderr)
