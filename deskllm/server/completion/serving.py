@@ -33,7 +33,8 @@ from deskllm.server.replies import (
 )
 
 # Cancelled replies only happen when the client has gone; a full context is a length.
-_FINISH = {"stop": "stop", "length": "length", "context_full": "length", "cancelled": "stop",
+# (Ollama's done_reason reads the same.)
+FINISH = {"stop": "stop", "length": "length", "context_full": "length", "cancelled": "stop",
            "shutdown": "shutdown"}  # fmt: skip
 
 
@@ -99,7 +100,7 @@ class CompletionServing:
         )
         choice = CompletionChoice(
             text=final.text,
-            finish_reason=_FINISH.get(final.finish_reason, "stop"),
+            finish_reason=FINISH.get(final.finish_reason, "stop"),
             logprobs=self._logprobs(req, entries),
         )
         return Completion(
@@ -127,7 +128,7 @@ class CompletionServing:
                     yield chunk([CompletionChoice(text=event.text, logprobs=logprobs)])
                 elif isinstance(event, Done):
                     finished = True
-                    finish = _FINISH.get(event.finish_reason, "stop")
+                    finish = FINISH.get(event.finish_reason, "stop")
                     yield chunk([CompletionChoice(text="", finish_reason=finish)])
                     if req.stream_options is not None and req.stream_options.include_usage:
                         yield chunk([], usage=usage(event.metrics), timings=timings(event.metrics))

@@ -140,16 +140,16 @@ def ps(host: ModelHost) -> dict:
     """The loaded models: the served one (pinned: it never expires) first, then those loaded
     beside it, each with its keep-alive's end."""
     models = []
-    loaded = host.client.loaded
+    loaded, extras = host.client.loaded, host.loaded_extras()
+    listed = {e.path: e for e in entries(host)} if loaded is not None or extras else {}
     if host.state == HostState.READY and loaded is not None:
-        entry = entries(host)[0]
+        entry = next(iter(listed.values()))  # the served model comes first
         models.append(_running(entry, host.footprint_bytes, loaded, host.n_ctx, FOREVER))
-    for extra in host.loaded_extras():
+    for extra in extras:
         if extra.client.loaded is None:
             continue
         path = Path(extra.params.model_path).resolve()
-        installed = next((m for m in (host.installed.list() if host.installed else ())
-                          if Path(m.path).resolve() == path), None)  # fmt: skip
+        installed = listed[path].installed if path in listed else None
         left = extra.expires_in()
         expires = FOREVER if left is None else (
             datetime.now(UTC) + timedelta(seconds=left)).isoformat().replace("+00:00", "Z")

@@ -25,7 +25,7 @@ from deskllm.server.chat_completion.protocol import ChatCompletionRequest
 from deskllm.server.chat_completion.serving import ChatCompletionServing
 from deskllm.server.chat_completion.tool_choice import NO_TOOLS, ToolPlan
 from deskllm.server.completion.protocol import CompletionRequest
-from deskllm.server.completion.serving import CompletionServing
+from deskllm.server.completion.serving import FINISH, CompletionServing
 from deskllm.server.durations import parse_duration
 from deskllm.server.embeddings.protocol import EmbeddingRequest
 from deskllm.server.embeddings.serving import EmbeddingServing
@@ -43,8 +43,6 @@ from deskllm.server.ollama.protocol import (
 )
 from deskllm.server.replies import answering_model, cancel, engine_error, final_reply
 
-_FINISH = {"stop": "stop", "length": "length", "context_full": "length", "cancelled": "stop",
-           "shutdown": "shutdown"}  # fmt: skip
 # Ollama's options that map to deskllm's sampling, by the OpenAI field they become. The rest
 # (num_ctx, num_gpu, num_thread, mirostat, ...) are the server's settings here, or unknown to
 # llama.cpp's sampler chain as deskllm builds it: ignored, as Ollama ignores unknown options.
@@ -269,7 +267,7 @@ class OllamaServing:
             "created_at": now_rfc3339(),
             **shape.text(parsed.content or "", tool_calls(parsed), final.reasoning),
             "done": True,
-            "done_reason": _FINISH.get(final.finish_reason, "stop"),
+            "done_reason": FINISH.get(final.finish_reason, "stop"),
             **durations(final.metrics, started),
         }
 
@@ -304,7 +302,7 @@ class OllamaServing:
                         if parsed.calls:
                             yield line(shape.text("", tool_calls(parsed)))
                     yield line({**shape.text(""),
-                                "done_reason": _FINISH.get(event.finish_reason, "stop"),
+                                "done_reason": FINISH.get(event.finish_reason, "stop"),
                                 **durations(event.metrics, started)}, done=True)  # fmt: skip
                 elif isinstance(event, Error | Exited):
                     finished = True
