@@ -72,6 +72,16 @@ class Settings:
         }),
     )  # fmt: skip
     flash_attn: bool = setting(False, SettingSpec("Flash attention"))
+    speculation: str = setting(
+        "off",
+        SettingSpec("Speculative decoding", choices={
+            "off": "Off", "auto": "Automatic (n-gram drafts while they pay)",
+            "ngram": "N-gram drafts (from the conversation itself)"},
+            help="drafts several tokens from what the conversation already holds and checks "
+                 "them in one pass: faster where a reply copies its input (code edits, "
+                 "quotes); a greedy reply may differ from one without it only where two "
+                 "tokens nearly tie"),
+    )  # fmt: skip
     gpu_offload: str = setting(
         "auto",
         SettingSpec("GPU offload", choices={

@@ -59,6 +59,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kv", choices=settings_mod.choices("kv_type"), default=None,
                    help="KV cache type")  # fmt: skip
     p.add_argument("--flash-attn", action="store_true", default=None)
+    p.add_argument("--speculation", choices=settings_mod.choices("speculation"), default=None,
+                   help="speculative decoding with n-gram drafts (default: settings)")
     p.add_argument("--temperature", type=float, default=defaults.temperature)
     p.add_argument("--top-p", type=float, default=defaults.top_p)
     p.add_argument("--top-k", type=int, default=defaults.top_k)
@@ -188,6 +190,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     params = params_from_settings(
         settings_mod.load(), model_path, n_ctx=args.ctx or None,
         n_threads=args.threads or None, kv_type=args.kv, flash_attn=args.flash_attn,
+        speculation=args.speculation,
     )  # fmt: skip
     with EngineClient() as client:
         loader = ModelLoader(client, db=db)
@@ -228,6 +231,7 @@ def _auto_chat(args, resolver: Resolver, store: ConversationStore, sampling) -> 
     params = params_from_settings(
         settings_mod.load(), model_path, n_ctx=args.ctx or None,
         n_threads=args.threads or None, kv_type=args.kv, flash_attn=args.flash_attn,
+        speculation=args.speculation,
     )  # fmt: skip
     target, unreachable = _routing_target(resolver, args.remote)
     with EngineClient() as client:

@@ -58,6 +58,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="requests that may wait while one is answered; more get 429")  # fmt: skip
     p.add_argument("--ctx", type=int, default=0, help="context length in tokens (0: settings)")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (0: settings)")
+    p.add_argument("--speculation", choices=settings_mod.choices("speculation"), default=None,
+                   help="speculative decoding with n-gram drafts, for every request without "
+                        "its own (default: settings)")  # fmt: skip
     p.add_argument("--parallel", type=int, default=None,
                    help="requests answered at once (slots of --ctx tokens each); 0: as many "
                         "as fit, up to 4; default: the server_slots setting (0)")  # fmt: skip
@@ -135,7 +138,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     def params_for(path: str) -> LoadParams:
         return params_from_settings(settings, path, n_ctx=args.ctx or None,
-                                    n_threads=args.threads or None)  # fmt: skip
+                                    n_threads=args.threads or None,
+                                    speculation=args.speculation)  # fmt: skip
 
     # A request naming another installed model loads it with the same settings and flags.
     library_models = InstalledModels(_installed_models, params_for, _remove_installed)

@@ -101,6 +101,36 @@ def exit_reason(exitcode: int | None) -> str:
     return f"the engine exited with status {exitcode}"
 
 
+def _hold_pidfd(process: multiprocessing.process.BaseProcess) -> None:
+    """Keep a pidfd of a started engine (Linux): killing through it can never reach another
+    process that was given the same PID after the engine was reaped elsewhere."""
+    try:
+        process._deskllm_pidfd = os.pidfd_open(process.pid)  # type: ignore[attr-defined]
+    except (AttributeError, OSError):  # not Linux, or a kernel before 5.3: kill by PID
+        process._deskllm_pidfd = None  # type: ignore[attr-defined]
+
+
+def _kill(process: multiprocessing.process.BaseProcess) -> None:
+    """SIGKILL the engine, through its pidfd where there is one (False: its reader thread
+    has seen it end)."""
+    pidfd = getattr(process, "_deskllm_pidfd", None)
+    if pidfd is False:
+        return
+    if pidfd is None:
+        process.kill()
+        return
+    with contextlib.suppress(ProcessLookupError, OSError):
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+
+
+def _release_pidfd(process: multiprocessing.process.BaseProcess) -> None:
+    pidfd = getattr(process, "_deskllm_pidfd", None)
+    process._deskllm_pidfd = False  # type: ignore[attr-defined]
+    if pidfd:
+        with contextlib.suppress(OSError):
+            os.close(pidfd)
+
+
 class _Sink:
     """The mailbox of a reply started with start(): events go to its callback, and its last
     one closes it (Exited from a dead engine included)."""
@@ -205,6 +235,7 @@ class EngineClient:
             daemon=True,
         )
         process.start()
+        _hold_pidfd(process)
         child.close()
         self._process, self._conn = process, parent
         self.loaded = None
@@ -259,7 +290,7 @@ class EngineClient:
                     hung = True
                     log.warning("the engine sent nothing for %.0f s; ending it",
                                 self.hang_timeout_s)  # fmt: skip
-                    process.kill()
+                    _kill(process)
                     break
                 if not owed:
                     last_seen = now
@@ -284,8 +315,9 @@ class EngineClient:
             self._deliver(_CONTROL if rid is None else rid, event)
         process.join(5)
         if process.is_alive():
-            process.kill()
+            _kill(process)
             process.join(5)
+        _release_pidfd(process)
         if self._process is process:
             self.loaded = None
         if hung:
@@ -311,7 +343,7 @@ class EngineClient:
                 self._send(Shutdown())
             process.join(timeout)
             if process.is_alive():
-                process.kill()
+                _kill(process)
                 process.join()
         if self._conn is not None:
             self._conn.close()
@@ -550,7 +582,7 @@ class EngineClient:
         """End the engine process now (every open reply gets Exited)."""
         process = self._process
         if process is not None and process.is_alive():
-            process.kill()
+            _kill(process)
 
     def status(self) -> StatusReport | None:
         """What the engine holds and does now (None: no engine runs). Answered by the

@@ -43,6 +43,9 @@ class LoadParams:
     # The user's watts figure for machines without a readable energy counter (0: none): a
     # reply's joules are then this times the seconds, labelled "estimated".
     energy_watts: float = 0.0
+    # Speculative decoding (speculation.py): "off", "ngram" (draft from the sequence itself),
+    # or "auto" (n-gram drafts while they pay).
+    speculation: str = "off"
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,8 @@ class Sampling:
     think: str | None = None
     reasoning_budget: int = 0
     split_reasoning: bool = True
+    # This request's speculative decoding ("off" | "ngram" | "auto"); None: the load's.
+    speculation: str | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> Sampling:
@@ -215,6 +220,11 @@ class Metrics:
     max_threads: int = 0
     threads_reason: str = ""
     token_logprobs: tuple[float, ...] = ()  # Sampling.logprobs: the first N sampled tokens'
+    # Speculative decoding: tokens drafted, those the model accepted, and the decodes that
+    # verified drafts (llama-server's timings.draft_n and draft_n_accepted).
+    draft_n: int = 0
+    draft_n_accepted: int = 0
+    draft_passes: int = 0
 
 
 @dataclass(frozen=True)

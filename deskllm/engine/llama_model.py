@@ -243,6 +243,31 @@ class LlamaModel:
             L.llama_sampler_chain_add(chain, L.llama_sampler_init_dist(seed))
         return chain
 
+    def pick_greedy(self, sampler: ctypes.c_void_p, index: int) -> tuple[int, float]:
+        """The token llama_sampler_sample would give a greedy chain at batch position `index`
+        (not yet accepted by the chain: llama_sampler_accept it once taken), with the gap
+        between the two best logits after the chain's penalties, biases and grammar: how near
+        a tie the pick was (speculation.py)."""
+        import numpy as np
+
+        data = getattr(self, "_candidates", None)
+        if data is None:
+            data = np.zeros(self.n_vocab, dtype=[("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
+            self._candidates = data
+        data["id"] = np.arange(self.n_vocab, dtype=np.int32)
+        data["logit"] = self._logits(index)
+        data["p"] = 0.0
+        array = L.llama_token_data_array(
+            data.ctypes.data_as(ctypes.POINTER(L.llama_token_data)), self.n_vocab, -1, False
+        )
+        L.llama_sampler_apply(sampler, ctypes.byref(array))
+        token = int(data["id"][array.selected])
+        logits = data["logit"][: array.size]
+        if array.size < 2:
+            return token, float("inf")
+        top2 = np.partition(logits, -2)[-2:]
+        return token, float(top2[1] - top2[0]) if np.isfinite(top2[0]) else float("inf")
+
     def _logits(self, index: int):
         import numpy as np
 

@@ -4,9 +4,11 @@ N requests at once (one slot is N=1, not separate code).
 Continuous batching as llama-server does it: each `step()` is one `llama_decode` holding one
 token of every generating slot plus prompt chunks of the slots still reading their prompt
 (chunked prefill: a long prompt never stalls the running streams for more than one step),
-then every slot that asked for logits samples with its own sampler chain. A request goes to
-the free slot whose cached tokens share the longest prefix with its prompt, or one beside
-running slots that shares nearly as much (slots.py).
+then every slot that asked for logits samples with its own sampler chain. With speculative
+decoding a generating slot adds its draft to the step and keeps the drafted tokens its chain
+agrees with (speculation.py, `_verify`). A request goes to the free slot whose cached tokens
+share the longest prefix with its prompt, or one beside running slots that shares nearly as
+much (slots.py).
 
 The slots share one KV pool of n_slots × params.n_ctx cells (llama.cpp's unified cache, one
 stream: every step is one pass over the weights whatever its slots): a conversation may grow
@@ -58,6 +60,13 @@ from deskllm.engine.slots import (
     restore_target,
     reusable,
     share_budget,
+)
+from deskllm.engine.speculation import (
+    MAX_DRAFT,
+    NEAR_TIE_LOGITS,
+    DraftPolicy,
+    NgramIndex,
+    StepCosts,
 )
 from deskllm.engine.stop_strings import StopMatcher
 from deskllm.engine.thread_governor import (
@@ -111,6 +120,13 @@ class SlotRun:
     batch_index: int = -1  # where its logits are in this step's output
     # Text to go on with in place of its next sampled token, and its tokens (force_text).
     forced: tuple[list[int], str] | None = None
+    # Speculative decoding (None: off for it): its tokens so far, indexed for drafts; how
+    # long its drafts are; this step's draft; and whether its next step decodes alone (a
+    # near-tie found in a verification is decided by a one-token decode).
+    drafter: NgramIndex | None = None
+    policy: DraftPolicy | None = None
+    draft: list[int] = field(default_factory=list)
+    plain_next: bool = False
 
     @property
     def evaluated(self) -> int:
@@ -177,6 +193,7 @@ class Scheduler(LlamaModel):
         self.save_seconds: list[float] = []  # each slot state saved, for the figures
         self._other_load: OtherLoad | None = None
         self.governor = self._make_governor()
+        self.step_costs = StepCosts()  # decode seconds by size, for "auto" speculation
         self._try_deadline = 0.0  # when a step trying another thread count is stopped
         self._try_cb = L.ggml_abort_callback(
             lambda _data: time.perf_counter() > self._try_deadline
@@ -304,6 +321,9 @@ class Scheduler(LlamaModel):
             run.max_tokens = max(min(run.sampling.max_tokens, self.seq_limit - len(run.prompt)), 1)
             run.matcher = StopMatcher(tuple(run.sampling.stop))
             run.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+            mode = run.sampling.speculation or self.params.speculation
+            if mode != "off":
+                run.drafter, run.policy = NgramIndex(run.prompt), DraftPolicy(mode == "auto")
             self.running[run.request_id] = run
             if self.on_admitted is not None:
                 self.on_admitted(run)
@@ -636,14 +656,15 @@ class Scheduler(LlamaModel):
             runs.remove(run)
             outputs.append(self._finish(run, "context_full", run.matcher.flush()))
         prefilling = [r for r in runs if len(r.feed) > 1 and not self._still_following(r)]
+        n_decoding = len(decoding) + self._draft(decoding)
         # A prompt's last token is read alone, like a generated one, so a reply's logits do
         # not depend on how its prompt happened to be batched (a seed repeats its reply).
-        shares = share_budget(len(decoding), [len(r.feed) - 1 for r in prefilling], self.n_batch)
+        shares = share_budget(n_decoding, [len(r.feed) - 1 for r in prefilling], self.n_batch)
         chunks = [(run, run.feed[:share]) for run, share in zip(prefilling, shares, strict=True)
                   if share]  # fmt: skip
         # In slot order, each slot's tokens together: a stable layout (with one KV stream
         # llama.cpp runs the whole batch in one pass over the weights, whatever its order).
-        planned = [(run, [run.feed[0]], True) for run in decoding]
+        planned = [(run, [run.feed[0], *run.draft], True) for run in decoding]
         planned += [(run, chunk, False) for run, chunk in chunks]
         planned.sort(key=lambda item: item[0].slot.index)
         batch, n = self._batch, 0
@@ -667,6 +688,7 @@ class Scheduler(LlamaModel):
             self._ticks_before = self.ticks
             self._chunk_sizes = {run.request_id: len(chunk) for run, chunk in chunks}
             L.llama_set_abort_callback(self.ctx, self._tick_cb, None)
+        started = time.perf_counter()
         try:
             rc = self._decode(batch, n, own_callback=bool(chunks))
         finally:
@@ -683,6 +705,8 @@ class Scheduler(LlamaModel):
             return outputs
         if chunks:
             self.nodes_per_step = self.ticks - self._ticks_before
+        elif rc == 0:  # a step of tokens that all want logits: what a draft's step is
+            self.step_costs.record(n, time.perf_counter() - started)
         if rc != 0:
             error = EngineError(f"llama_decode failed ({rc}) with {len(runs)} streams")
             for run in runs:  # drop what this step may have written
@@ -698,8 +722,83 @@ class Scheduler(LlamaModel):
             self.ledger.grow(slot, chunk)
             del run.feed[: len(chunk)]
         for run in decoding:
-            self.ledger.grow(run.slot, [run.feed.pop()])
-            outputs.append(self._sample(run, now))
+            if run.draft:
+                outputs.extend(self._verify(run, now))
+            else:
+                self.ledger.grow(run.slot, [run.feed.pop()])
+                outputs.append(self._sample(run, now))
+        return outputs
+
+    # Speculative decoding ---------------------------------------------------------------------
+    def _draft(self, decoding: list[SlotRun]) -> int:
+        """Each decoding run's draft for this step (speculation.py), within its max_tokens,
+        the cells promised to it, the sequence limit and the step's batch. Returns the drafted
+        tokens in all."""
+        room, total = self.n_batch - len(decoding), 0
+        tokens, n = float(len(decoding)), len(decoding)  # each writes one token at least
+        for run in decoding:
+            run.draft = []
+            if run.drafter is None or run.forced is not None or run.cancelled:
+                continue
+            if run.plain_next:
+                run.plain_next = False
+                continue
+            held = len(run.slot.tokens)
+            policy = run.policy
+            limit = min(MAX_DRAFT if policy.auto else policy.limit(),
+                        run.max_tokens - run.generated - 1, run.guaranteed - held - 1,
+                        self.seq_limit - held - 2, room)  # fmt: skip
+            if limit > 0 and policy.auto:
+                limit = policy.best(limit, tokens, n, self.step_costs)
+            if limit > 0:
+                run.draft = run.drafter.propose(limit)
+                room -= len(run.draft)
+                total += len(run.draft)
+                n += len(run.draft)
+                tokens += policy.expected(len(run.draft)) - 1
+        return total
+
+    def _verify(self, run: SlotRun, now: float) -> list[StepOutput]:
+        """Sample the drafted positions in order with the run's own chain, up to the first
+        token that differs from the draft (rejection sampling with a one-token draft: the
+        model's distribution, and the chain hears the same tokens as without a draft). The
+        cells of drafted tokens past it are dropped; the sampled ones go out as one output
+        each. A greedy pick nearer a tie than NEAR_TIE_LOGITS is not taken from a batched
+        decode: that position is decoded again alone next step."""
+        fed, draft, base = run.feed[0], run.draft, run.batch_index
+        greedy = run.sampling.temperature <= 0
+        picks: list[int] = []
+        accepted = 0
+        for i in range(len(draft) + 1):
+            if greedy:
+                token, gap = self.pick_greedy(run.sampler, base + i)
+                if gap < NEAR_TIE_LOGITS:
+                    run.plain_next = True  # the chain has not heard it: decided alone
+                    break
+                L.llama_sampler_accept(run.sampler, token)
+            else:
+                token = L.llama_sampler_sample(run.sampler, self.ctx, base + i)
+            picks.append(token)
+            if i == len(draft) or token != draft[i] or L.llama_vocab_is_eog(self.vocab, token):
+                break
+            accepted += 1
+        run.policy.record(len(draft), accepted)
+        written = [fed, *draft]
+        keep = len(picks)  # cells of `fed` and the accepted drafts
+        pos = len(run.slot.tokens)
+        L.llama_memory_seq_rm(self.memory, run.slot.index, pos + keep, -1)
+        self.ledger.grow(run.slot, written[:keep])
+        run.draft = []
+        if not picks:
+            return []  # the first position was a near-tie: `fed` is decoded alone next step
+        outputs = []
+        for i, token in enumerate(picks):
+            run.batch_index = base + i
+            run.feed.clear()  # only the last token taken is fed to the next step
+            out = self._take(run, token, now)
+            outputs.append(out)
+            if out.finish is not None:
+                break
         return outputs
 
     def _decode(self, batch, n: int, own_callback: bool = False) -> int:
@@ -757,9 +856,14 @@ class Scheduler(LlamaModel):
         return n + 1
 
     def _sample(self, run: SlotRun, now: float) -> StepOutput:
+        return self._take(run, L.llama_sampler_sample(run.sampler, self.ctx, run.batch_index),
+                          now)  # fmt: skip
+
+    def _take(self, run: SlotRun, token: int, now: float) -> StepOutput:
+        """The sampled `token` (accepted by the run's chain) as the reply's next text, or
+        its end; a token the reply goes on with is fed to the next step."""
         if run.prefill_done is None:
             run.prefill_done = now
-        token = L.llama_sampler_sample(run.sampler, self.ctx, run.batch_index)
         if run.first_token is None:
             run.first_token = now
         else:
@@ -784,6 +888,8 @@ class Scheduler(LlamaModel):
         if len(run.slot.tokens) >= self.seq_limit:
             return self._finish(run, "context_full", text + run.matcher.flush(), None, lp, piece)
         run.feed.append(token)  # decoded with the next step; a finished reply leaves it out
+        if run.drafter is not None:
+            run.drafter.extend([token])
         return StepOutput(run, text, logprob=lp, piece=piece)
 
     def _forced(self, run: SlotRun) -> StepOutput:
@@ -801,6 +907,8 @@ class Scheduler(LlamaModel):
         if run.generated >= run.max_tokens:
             return self._finish(run, "length", text + run.matcher.flush(), None, None, piece)
         run.feed.extend(tokens)
+        if run.drafter is not None:
+            run.drafter.extend(tokens)
         return StepOutput(run, text, piece=piece)
 
     def _finish(

@@ -584,6 +584,9 @@ class Worker:
             token_logprobs=tuple(run.logprobs)
             if energy is not None or len(run.logprobs) >= run.sampling.logprobs
             else (),
+            draft_n=run.policy.drafted if run.policy else 0,
+            draft_n_accepted=run.policy.accepted if run.policy else 0,
+            draft_passes=run.policy.passes if run.policy else 0,
             **(energy or {}),
             **self.threads(),
         )

@@ -48,6 +48,11 @@ class LiveReadouts(QWidget):
         self.device = QLabel()
         self.device.setToolTip("Where the model runs")
         self.threads = QLabel()
+        self.drafts = QLabel()
+        self.drafts.setToolTip(
+            "Speculative decoding (Settings → Speculative decoding): drafted tokens the model "
+            "accepted, and tokens written per pass over the weights"
+        )
         self.energy = QLabel()
         self.energy.setToolTip(
             "Energy per generated token: measured by the CPU's or GPU's counter, or \"est.\" "
@@ -57,7 +62,7 @@ class LiveReadouts(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         for widget in (self.speed, self.sparkline, self.ttft, self.prompt_speed, self.cache,
                        self.context, self.ram, self.vram, self.device, self.threads,
-                       self.energy):  # fmt: skip
+                       self.drafts, self.energy):  # fmt: skip
             layout.addWidget(widget)
         self.clear()
 
@@ -76,6 +81,7 @@ class LiveReadouts(QWidget):
         self.device.setText("")
         self.threads.setText("")
         self.threads.setToolTip("")
+        self.drafts.hide()
         self.energy.hide()
 
     def show_metrics(self, metrics: Metrics | dict, final: bool = False) -> None:
@@ -109,6 +115,9 @@ class LiveReadouts(QWidget):
         if m.get("n_threads"):
             self._show_threads(m["n_threads"], m.get("max_threads") or 0,
                                m.get("threads_reason") or "")  # fmt: skip
+        if m.get("draft_n"):
+            self.drafts.setText(drafts_text(m))
+            self.drafts.show()
         if m.get("joules_per_token") is not None:  # only a finished reply has its energy
             self.energy.setText(energy_per_token(m))
             self.energy.show()
@@ -132,6 +141,17 @@ class LiveReadouts(QWidget):
         parts.append(self.device.text())
         if self.threads.text():
             parts.append(self.threads.text())
+        if self.drafts.isVisibleTo(self):
+            parts.append(self.drafts.text())
         if self.energy.isVisibleTo(self):
             parts.append(self.energy.text())
         return " · ".join(parts)
+
+
+def drafts_text(m: dict) -> str:
+    """Speculative decoding's figures, "drafts 85% · 4.6 tok/pass": the share of drafted tokens
+    the model accepted, and tokens written per decode that verified a draft (its accepted
+    drafts and the token after them)."""
+    accepted, passes = m.get("draft_n_accepted", 0), m.get("draft_passes") or 0
+    text = f"drafts {accepted / m['draft_n']:.0%}"
+    return text + (f" · {(accepted + passes) / passes:.1f} tok/pass" if passes else "")

@@ -25,6 +25,7 @@ def params_from_settings(settings: Settings, model_path: str, **overrides: Any) 
         auto_metric=settings.auto_config_metric,
         kv_type=settings.kv_type,
         flash_attn=settings.flash_attn,
+        speculation=settings.speculation,
         kv_ram_budget_mb=settings.kv_ram_budget_mb,
         kv_disk_budget_mb=settings.kv_disk_budget_mb,
         energy_watts=float(settings.energy_watts),

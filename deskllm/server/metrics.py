@@ -43,6 +43,8 @@ class ServerMetrics:
         self.prompt_tokens = 0
         self.cached_tokens = 0
         self.completion_tokens = 0
+        self.draft_tokens = 0  # speculative decoding: drafted, and of them accepted
+        self.draft_accepted = 0
         self._ttft_counts = [0] * len(TTFT_BUCKETS_S)
         self._ttft_sum = 0.0
         self._ttft_n = 0
@@ -87,6 +89,8 @@ class ServerMetrics:
             self.prompt_tokens += m.prompt_tokens
             self.cached_tokens += m.cached_tokens
             self.completion_tokens += m.generated_tokens
+            self.draft_tokens += m.draft_n
+            self.draft_accepted += m.draft_n_accepted
             ttft_s = m.ttft_s
             if ttft_s is not None:
                 self._ttft_sum += ttft_s
@@ -126,6 +130,8 @@ class ServerMetrics:
                 f'deskllm_tokens_total{{kind="prompt"}} {self.prompt_tokens}',
                 f'deskllm_tokens_total{{kind="prompt_cached"}} {self.cached_tokens}',
                 f'deskllm_tokens_total{{kind="completion"}} {self.completion_tokens}',
+                f'deskllm_tokens_total{{kind="draft"}} {self.draft_tokens}',
+                f'deskllm_tokens_total{{kind="draft_accepted"}} {self.draft_accepted}',
                 "# HELP deskllm_queue_length Requests waiting for the engine.",
                 "# TYPE deskllm_queue_length gauge",
                 f"deskllm_queue_length {waiting}",

@@ -6,6 +6,9 @@ import re
 
 from gui_helpers import REPLY_TIMEOUT_MS, send_and_wait, set_sampling, type_and_send
 
+from deskllm.engine.domain import Metrics
+from deskllm.gui.readouts import LiveReadouts
+
 
 def test_readouts_follow_the_reply_and_its_figures_stay_on_the_message(qtbot, window):
     set_sampling(window, max_tokens=120, ignore_eos=True)
@@ -73,3 +76,14 @@ def test_the_threads_readout_says_why_fewer_threads_run(qtbot):
     assert "all cores are free" in readouts.threads.toolTip()
     readouts.clear()
     assert readouts.threads.text() == "" and "threads" not in readouts.text()
+
+
+def test_speculative_decodings_figures_show_only_when_it_drafted(qtbot):
+    readouts = LiveReadouts()
+    qtbot.addWidget(readouts)
+    readouts.show()
+    readouts.show_metrics(Metrics(request_id=1, tg_tps=50.0, generated_tokens=40), final=True)
+    assert "drafts" not in readouts.text()
+    readouts.show_metrics(Metrics(request_id=1, tg_tps=80.0, generated_tokens=40, draft_n=40,
+                                  draft_n_accepted=30, draft_passes=10), final=True)  # fmt: skip
+    assert "drafts 75% · 4.0 tok/pass" in readouts.text()

@@ -364,3 +364,24 @@ def test_a_full_queue_answers_429_with_retry_after(tmp_path, session_home, extra
         patient = client.with_options(max_retries=5)
         again = patient.chat.completions.create(model=model, messages=ask("Hi"), **GREEDY)
         assert again.choices[0].message.content
+
+
+def test_a_request_may_ask_for_speculative_decoding_and_timings_count_the_drafts(
+    server, client, model
+):
+    quote = ("The lighthouse stood on the rock for two hundred years. Its keeper climbed the "
+             "stairs every evening, lit the lamp and wrote in her log.")  # fmt: skip
+    drafts = metric(server, 'deskllm_tokens_total{kind="draft"}')
+    messages = ask(f"Here is a text.\n\n{quote}\n\nQuote the text word for word.")
+    plain = client.chat.completions.create(model=model, messages=messages, temperature=0,
+                                           max_tokens=48, extra_body={"repeat_penalty": 1.0})
+    assert plain.model_extra["timings"]["draft_n"] == 0  # the server's default: off
+    spec = client.chat.completions.create(model=model, messages=messages, temperature=0,
+                                          max_tokens=48, extra_body={"speculation": "ngram",
+                                                                     "repeat_penalty": 1.0})
+    timings = spec.model_extra["timings"]
+    assert 0 < timings["draft_n_accepted"] <= timings["draft_n"]
+    assert metric(server, 'deskllm_tokens_total{kind="draft"}') == drafts + timings["draft_n"]
+    bad = httpx2.post(server.url + "/v1/chat/completions", headers=auth(), json={
+        "model": model, "messages": messages, "speculation": "sometimes"})  # fmt: skip
+    assert bad.status_code == 400

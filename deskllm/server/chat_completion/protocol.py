@@ -116,6 +116,8 @@ class ChatCompletionRequest(BaseModel):
     # Extensions that llama-server and vLLM accept too.
     repeat_penalty: float | None = Field(default=None, ge=0.0)
     ignore_eos: bool = False
+    # deskllm's: this request's speculative decoding (unset: the server's --speculation).
+    speculation: Literal["off", "auto", "ngram"] | None = None
     # llama-server's: while a long prompt is read, stream chunks carrying `prompt_progress`.
     return_progress: bool = False
     # LM Studio's: seconds a model loaded on demand for this request stays after it (-1:
@@ -147,6 +149,9 @@ class Timings(BaseModel):
     predicted_n: int
     predicted_ms: float
     predicted_per_second: float | None
+    # Speculative decoding: tokens drafted and those the model accepted (0: none drafted).
+    draft_n: int = 0
+    draft_n_accepted: int = 0
 
 
 class PromptProgressBody(BaseModel):

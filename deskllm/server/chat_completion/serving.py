@@ -117,6 +117,7 @@ def common_sampling(req: Any, max_tokens: int | None, n_ctx: int) -> Sampling:
         max_tokens=max(1, min(max_tokens or n_ctx, n_ctx)),
         stop=tuple(utf8(s, "stop") for s in stops if s),
         ignore_eos=req.ignore_eos,
+        speculation=req.speculation,
     )
 
 
@@ -183,6 +184,8 @@ def timings(m: Metrics) -> Timings:
         predicted_n=m.generated_tokens,
         predicted_ms=predicted_ms,
         predicted_per_second=m.tg_tps,
+        draft_n=m.draft_n,
+        draft_n_accepted=m.draft_n_accepted,
     )
 
 

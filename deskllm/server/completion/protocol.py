@@ -37,6 +37,8 @@ class CompletionRequest(BaseModel):
     user: str | None = None
     repeat_penalty: float | None = Field(default=None, ge=0.0)
     ignore_eos: bool = False
+    # deskllm's: this request's speculative decoding (unset: the server's --speculation).
+    speculation: Literal["off", "auto", "ngram"] | None = None
 
 
 class CompletionLogprobs(BaseModel):
