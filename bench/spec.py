@@ -5,15 +5,16 @@ noisy: read the ratios). Prints one JSON object.
     .venv/bin/python bench/spec.py [--model NAME_OR_PATH ...] [--rounds 3] [--threads 2]
 
 --model may be given more than once (default: the starter model, and Gemma 3 270M where
-bench/fetch_gemma.sh put it). One engine with four slots per model; each round (the order of
-the modes reversed every other round) every task gets one greedy reply (repeat_penalty 1) per
-mode: "off", "ngram", "auto". Tasks: `code` (rewrite a ~400-token code file with one change),
-`quote` (answer by quoting a pasted text) are copy-heavy; `free` (a story) is not. Decode
-speed is the engine's own figure (Metrics.tg_tps, first to last token), medians over rounds.
-Four concurrent streams (the two copy tasks twice) are timed end to end with speculation
-"auto" and "off". llama-server (packaging/build_llama_server.sh; skipped where not built)
-answers the same prompts, greedy, with each --spec-type n-gram mode it has; its decode speed
-is its own timings.predicted_per_second.
+bench/fetch_gemma.sh put it). Per model an engine of one slot (as llama-server --parallel 1);
+each round (the order of the modes reversed every other round) every task gets one greedy
+reply (repeat_penalty 1) per mode: "off", "ngram", "auto". Tasks: `code` (rewrite a
+~400-token code file with one change), `quote` (answer by quoting a pasted text) are
+copy-heavy; `free` (a story) is not. Decode speed is the engine's own figure (Metrics.tg_tps,
+first to last token), medians over rounds. Then an engine of four slots: four concurrent
+streams (the two copy tasks twice) timed end to end with speculation "auto" and "off".
+llama-server (packaging/build_llama_server.sh; skipped where not built) answers the same
+prompts, greedy, with each --spec-type n-gram mode it has; its decode speed is its own
+timings.predicted_per_second.
 
 Keys per model, and at the top level the worst across models:
   copy_over_plain                n-gram tok/s / plain, the worse copy task (target >= 1.8)
@@ -24,7 +25,8 @@ Keys per model, and at the top level the worst across models:
   acceptance_copy, acceptance_free   drafted tokens accepted (n-gram mode)
   draft_over_llama_server_draft  null: draft-model speculation is not built yet
 Per model also: tasks.{task}.{mode} {tg_tps, tokens, drafted, accepted, passes},
-tasks.{task}.same_as_plain (the greedy replies equal, token for token), llama_server.{mode}.
+tasks.{task}.same_as_plain (the greedy replies equal, token for token), llama_server.{mode}
+.{task} {tg_tps, tokens, drafted, accepted, same_as_plain}.
 """
 
 from __future__ import annotations
@@ -37,7 +39,6 @@ import sys
 import threading
 import time
 import uuid
-from pathlib import Path
 
 import httpx2
 from serve import LLAMA_SERVER, add_worst, each_model, free_port, stop, wait_ready
@@ -46,8 +47,44 @@ from deskllm.engine.client import EngineClient
 from deskllm.engine.domain import ChatMessage, LoadParams, Sampling
 from deskllm.engine.extra_bufts_probe import extra_bufts_work
 
-ROOT = Path(__file__).parents[1]
-CODE = (ROOT / "deskllm" / "engine" / "speculation.py").read_text().split("\n\n\n", 2)[2][:1600]
+CODE = '''import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class Inventory:
+    """Items on the shelves of a small shop, by name, with their counts and prices."""
+
+    path: Path
+    counts: dict[str, int] = field(default_factory=dict)
+    prices: dict[str, float] = field(default_factory=dict)
+
+    def load(self) -> None:
+        data = json.loads(self.path.read_text())
+        self.counts = {name: int(item["count"]) for name, item in data.items()}
+        self.prices = {name: float(item["price"]) for name, item in data.items()}
+
+    def save(self) -> None:
+        data = {name: {"count": self.counts[name], "price": self.prices[name]}
+                for name in self.counts}
+        self.path.write_text(json.dumps(data, indent=2))
+
+    def add(self, name: str, count: int, price: float) -> None:
+        self.counts[name] = self.counts.get(name, 0) + count
+        self.prices[name] = price
+
+    def remove(self, name: str, count: int) -> None:
+        if self.counts.get(name, 0) < count:
+            raise ValueError(f"only {self.counts.get(name, 0)} of {name} left")
+        self.counts[name] -= count
+
+    def value(self) -> float:
+        return sum(self.counts[name] * self.prices[name] for name in self.counts)
+
+    def low_stock(self, limit: int = 5) -> list[str]:
+        return sorted(name for name, count in self.counts.items() if count < limit)
+'''
 TEXT = ("The lighthouse stood on the rock for two hundred years. Its keeper climbed the ninety "
         "steps every evening, lit the lamp, wound the clockwork and wrote in her log: the wind, "
         "the height of the waves, the ships that passed. In the winter of the great storm the "
@@ -55,8 +92,8 @@ TEXT = ("The lighthouse stood on the rock for two hundred years. Its keeper clim
         "light was made automatic, she left the island with her logs, forty years of weather "
         "in her own hand, and gave them to the museum in the harbour town.")  # fmt: skip
 TASKS = {
-    "code": "Rewrite this Python code with one change: rename the class DraftPolicy to "
-            "DraftLength. Give the whole code.\n\n```python\n" + CODE + "\n```",
+    "code": "Rewrite this Python code with one change: rename the method low_stock to "
+            "running_low. Give the whole code.\n\n```python\n" + CODE + "```",
     "quote": "Here is a text.\n\n" + TEXT + "\n\nQuote the text above word for word.",
     "free": "Write a long story about a lighthouse keeper and a storm.",
 }  # fmt: skip
@@ -128,7 +165,8 @@ def llama_server(path: str, threads: int, spec: str | None, extra_bufts: bool,
             out[task] = {"tg_tps": statistics.median(speeds),
                          "tokens": timings.get("predicted_n"),
                          "drafted": timings.get("draft_n"),
-                         "accepted": timings.get("draft_n_accepted")}  # fmt: skip
+                         "accepted": timings.get("draft_n_accepted"),
+                         "text": r.json()["choices"][0]["message"]["content"]}  # fmt: skip
         return out
     finally:
         stop(process)
@@ -140,7 +178,10 @@ def measure(path: str, args: argparse.Namespace) -> dict:
                         kv_ram_budget_mb=0, kv_disk_budget_mb=0)  # fmt: skip
     runs: dict[str, dict[str, list[dict]]] = {t: {m: [] for m in MODES} for t in TASKS}
     agg: dict[str, list[float]] = {"off": [], "auto": []}
-    with EngineClient(n_slots=SLOTS) as client:
+    # One slot for the single streams, as llama-server's --parallel 1: in a pool of four, the
+    # cells other replies left are attended to (masked) by every step, which slows a lone
+    # stream whatever the mode.
+    with EngineClient(n_slots=1) as client:
         client.load(params)
         one(client, "quote", "off", 8)  # warm up
         for r in range(args.rounds):
@@ -148,6 +189,9 @@ def measure(path: str, args: argparse.Namespace) -> dict:
             for task in TASKS:
                 for mode in order:
                     runs[task][mode].append(one(client, task, mode, args.tokens))
+    with EngineClient(n_slots=SLOTS) as client:
+        client.load(params)
+        for r in range(args.rounds):
             for mode in ("off", "auto") if r % 2 == 0 else ("auto", "off"):
                 agg[mode].append(four_streams(client, mode, args.tokens))
     tasks = {}
@@ -182,6 +226,12 @@ def measure(path: str, args: argparse.Namespace) -> dict:
         ls = {mode: llama_server(path, args.threads, None if mode == "plain" else mode,
                                  extra_bufts, args.tokens, args.rounds)
               for mode in ("plain", *LS_MODES)}  # fmt: skip
+        for mode in LS_MODES:  # their greedy replies with drafts against their own plain ones
+            for task, figures in ls[mode].items():
+                figures["same_as_plain"] = figures["text"] == ls["plain"][task]["text"]
+        for by_task in ls.values():
+            for figures in by_task.values():
+                del figures["text"]
         result["llama_server"] = ls
         result["copy_over_llama_server_ngram"] = round(min(
             speed(t, "ngram") / max(ls[m][t]["tg_tps"] for m in LS_MODES) for t in COPY_TASKS), 3)

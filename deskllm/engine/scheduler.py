@@ -64,6 +64,7 @@ from deskllm.engine.slots import (
 from deskllm.engine.speculation import (
     MAX_DRAFT,
     NEAR_TIE_LOGITS,
+    AcceptanceByOrder,
     DraftPolicy,
     NgramIndex,
     StepCosts,
@@ -194,6 +195,7 @@ class Scheduler(LlamaModel):
         self._other_load: OtherLoad | None = None
         self.governor = self._make_governor()
         self.step_costs = StepCosts()  # decode seconds by size, for "auto" speculation
+        self.acceptance = AcceptanceByOrder()  # and how often drafts are taken
         self._try_deadline = 0.0  # when a step trying another thread count is stopped
         self._try_cb = L.ggml_abort_callback(
             lambda _data: time.perf_counter() > self._try_deadline
@@ -748,10 +750,12 @@ class Scheduler(LlamaModel):
             limit = min(MAX_DRAFT if policy.auto else policy.limit(),
                         run.max_tokens - run.generated - 1, run.guaranteed - held - 1,
                         self.seq_limit - held - 2, room)  # fmt: skip
-            if limit > 0 and policy.auto:
-                limit = policy.best(limit, tokens, n, self.step_costs)
-            if limit > 0:
-                run.draft = run.drafter.propose(limit)
+            draft = run.drafter.propose(limit) if limit > 0 else []
+            if draft and policy.auto:
+                prior = self.acceptance.prior(run.drafter.order)
+                draft = draft[: policy.best(len(draft), tokens, n, self.step_costs, prior)]
+            if draft:
+                run.draft = draft
                 room -= len(run.draft)
                 total += len(run.draft)
                 n += len(run.draft)
@@ -783,6 +787,7 @@ class Scheduler(LlamaModel):
                 break
             accepted += 1
         run.policy.record(len(draft), accepted)
+        self.acceptance.record(run.drafter.order, accepted, int(accepted < len(draft)))
         written = [fed, *draft]
         keep = len(picks)  # cells of `fed` and the accepted drafts
         pos = len(run.slot.tokens)

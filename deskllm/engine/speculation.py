@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-NGRAM_SIZES = (4, 3, 2)  # longest match first: a longer context predicts better
-MAX_DRAFT = 16
+NGRAM_SIZES = (12, 8, 5, 3, 2)  # longest match first: a longer context predicts better
+MAX_DRAFT = 32
 START_DRAFT = 4
 # Draft positions that must be rejected in a row (no token accepted from them) before a slot
 # stops drafting, and the steps it then waits before trying again (doubling, to a cap).
@@ -39,6 +39,7 @@ MIN_GAIN = 0.05
 EXPLORE_STEPS = 48
 COST_MAX_TOKENS = 64  # decodes of more tokens (long prompt chunks) are not learnt from
 COST_DECAY = 0.97  # older step times weigh less: threads and other load change
+PRIOR_TOKENS = 16.0
 
 
 class NgramIndex:
@@ -48,6 +49,7 @@ class NgramIndex:
     def __init__(self, tokens: list[int] | None = None) -> None:
         self.tokens: list[int] = []
         self._next: dict[tuple[int, ...], int] = {}  # n-gram → index of the token after it
+        self.order = 0  # the n of the last proposal's match (0: none)
         self.extend(tokens or [])
 
     def extend(self, tokens: list[int]) -> None:
@@ -62,6 +64,7 @@ class NgramIndex:
     def propose(self, limit: int) -> list[int]:
         """Up to `limit` tokens that followed the longest recent match of the sequence's end."""
         seq = self.tokens
+        self.order = 0
         if limit <= 0:
             return []
         for n in NGRAM_SIZES:
@@ -69,6 +72,7 @@ class NgramIndex:
                 continue
             at = self._next.get(tuple(seq[-n:]))
             if at is not None:
+                self.order = n
                 return seq[at : at + limit]
         return []
 
@@ -98,20 +102,22 @@ class DraftPolicy:
             return 0
         return self.length
 
-    @property
-    def acceptance(self) -> float:
+    def acceptance(self, prior: tuple[float, float] = (0.0, 0.0)) -> float:
         """The chance the model takes a drafted token, given it took the ones before: a pass
-        that took j of k drafts saw j acceptances and (j < k) one rejection. A weak prior of
-        one-in-two before any pass."""
-        return (self.accepted + 1) / (self.accepted + self.rejected + 2)
+        that took j of k drafts saw j acceptances and (j < k) one rejection. `prior`: the
+        engine's recent (accepted, rejected) for drafts like this one (AcceptanceByOrder);
+        before any, one in two."""
+        acc, rej = self.accepted + prior[0], self.rejected + prior[1]
+        return (acc + 1) / (acc + rej + 2)
 
-    def expected(self, k: int) -> float:
+    def expected(self, k: int, a: float | None = None) -> float:
         """Tokens a pass with k drafted tokens writes, on average (the token after the last
-        accepted one included)."""
-        a = min(self.acceptance, 0.999)
+        accepted one included), where each drafted token is taken with chance `a`."""
+        a = min(self.acceptance() if a is None else a, 0.999)
         return (1 - a ** (k + 1)) / (1 - a)
 
-    def best(self, limit: int, tokens: float, n: int, costs: StepCosts) -> int:
+    def best(self, limit: int, tokens: float, n: int, costs: StepCosts,
+             prior: tuple[float, float] = (0.0, 0.0)) -> int:  # fmt: skip
         """"auto": the draft length that writes the most tokens per second in a step that
         already holds `n` tokens writing `tokens` (this run's one included), by this
         machine's measured decode times (StepCosts); 0 where drafting does not pay. Without
@@ -121,11 +127,12 @@ class DraftPolicy:
             return 0
         if not costs.known(n + limit):
             return min(self.length, limit)  # lengths vary: the costs of several sizes
-        best_k, best_rate = 0, tokens / costs.seconds(n)
-        for k in range(1, limit + 1):
-            rate = (tokens - 1 + self.expected(k)) / costs.seconds(n + k)
-            if rate > best_rate * (1 + MIN_GAIN):
-                best_k, best_rate = k, rate
+        a = self.acceptance(prior)
+        rates = [(tokens - 1 + self.expected(k, a)) / costs.seconds(n + k)
+                 for k in range(1, limit + 1)]  # fmt: skip
+        best_k = max(range(limit), key=rates.__getitem__) + 1
+        if rates[best_k - 1] <= tokens / costs.seconds(n) * (1 + MIN_GAIN):
+            best_k = 0
         if best_k == 0:
             self.idle += 1
             if self.idle >= EXPLORE_STEPS:
@@ -184,3 +191,20 @@ class StepCosts:
         slope = (w * snt - sn * st) / det if det > 1e-9 else 0.0
         slope = max(slope, 0.0)
         return max((st - slope * sn) / w + slope * n, self.single)
+
+
+class AcceptanceByOrder:
+    """The engine's recent acceptance of drafts by the length of the n-gram match they came
+    from (a 4-token match in a quoted text is taken far more often than a 2-token one in free
+    text): the prior of a new reply's acceptance, weighing at most PRIOR_TOKENS tokens."""
+
+    def __init__(self) -> None:
+        self._seen: dict[int, tuple[float, float]] = {}
+
+    def record(self, order: int, accepted: int, rejected: int) -> None:
+        acc, rej = self._seen.get(order, (0.0, 0.0))
+        scale = min(1.0, PRIOR_TOKENS / max(acc + rej + accepted + rejected, 1))
+        self._seen[order] = ((acc + accepted) * scale, (rej + rejected) * scale)
+
+    def prior(self, order: int) -> tuple[float, float]:
+        return self._seen.get(order, (0.0, 0.0))

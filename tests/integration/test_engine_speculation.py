@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal
 import threading
 import uuid
 from collections import Counter
@@ -198,3 +200,26 @@ def test_cancel_stops_a_speculating_reply(four_slots):
     assert reply.done is not None and reply.done.finish_reason == "cancelled"
     after = four_slots.chat(uuid.uuid4().hex, QUOTE, greedy("ngram", max_tokens=20)).wait()
     assert after.ok
+
+
+def test_killing_the_engine_mid_speculation_keeps_the_text_sent(starter_model, extra_bufts):
+    """kill -9 while drafts are verified: the reply ends EXITED with the text it had sent,
+    and the next request gets a fresh engine, as without speculation."""
+    from deskllm.engine.domain import LoadParams
+    from deskllm.engine.errors import ErrorKind
+
+    with EngineClient() as client:
+        client.load(LoadParams(str(starter_model), n_ctx=2048, n_threads=2,
+                               use_extra_bufts=extra_bufts, kv_ram_budget_mb=0,
+                               kv_disk_budget_mb=0))  # fmt: skip
+        reply = client.chat(uuid.uuid4().hex, COPY, greedy("ngram", max_tokens=400,
+                                                           token_logprobs=False))  # fmt: skip
+        sent = []
+        for text in reply:
+            sent.append(text)
+            if len(sent) == 3:
+                os.kill(client.pid, signal.SIGKILL)
+        assert reply.error is not None and reply.error.kind == ErrorKind.EXITED
+        assert reply.text == "".join(sent) and reply.text
+        again = client.chat(uuid.uuid4().hex, QUOTE, greedy("ngram", max_tokens=16)).wait()
+        assert again.ok
