@@ -99,10 +99,12 @@ def llama_server_command(model: Path, alias: str, port: int, extra_bufts: bool, 
 
 @contextmanager
 def llama_server(model: Path, alias: str, key: str, log_dir: Path, extra_bufts: bool,
-                 slots: int = 1):  # fmt: skip
-    """llama.cpp's llama-server on `model` as `alias`, requiring `key`; killed at the end."""
+                 slots: int = 1, extra_args: tuple[str, ...] = ()):  # fmt: skip
+    """llama.cpp's llama-server on `model` as `alias`, requiring `key`; killed at the end.
+    `extra_args`: more of its options (`--spec-type ngram-mod`)."""
     port = free_port()
-    command = llama_server_command(model, alias, port, extra_bufts, slots) + ["--api-key", key]
+    command = llama_server_command(model, alias, port, extra_bufts, slots) + ["--api-key", key,
+                                                                             *extra_args]
     with _serving(command, "llama-server", key, log_dir / f"llama-server-{port}.log") as server:
         yield server
 

@@ -12,6 +12,7 @@ from deskllm.engine.client import EngineClient
 from deskllm.engine.domain import Loaded, Metrics, PromptProgress, Sampling, TextDelta
 from deskllm.engine.errors import EngineError, ErrorKind
 from deskllm.engine.reply import Reply
+from deskllm.engine.speculation import drafts_text
 from deskllm.engine.thread_governor import threads_text
 from deskllm.loader import LoadCheck, ModelLoader, params_from_settings
 from deskllm.remote.calibration import CALIBRATION_PROMPTS, local_scores
@@ -139,11 +140,12 @@ def _print_metrics(reply: Reply) -> None:
     pp = f"{m.pp_tps:.0f}" if m.pp_tps else "-"
     ttft = f"{m.ttft_s * 1000:.0f} ms" if m.ttft_s is not None else "-"
     threads = threads_text(m.n_threads, m.max_threads, m.threads_reason)
+    drafts = drafts_text(m.draft_n, m.draft_n_accepted, m.draft_passes) if m.draft_n else ""
     print(
         f"[{m.generated_tokens} tokens, {tg} tok/s, TTFT {ttft}, prompt {m.prompt_tokens} "
         f"({m.cached_tokens} cached, {m.evaluated_tokens} evaluated at {pp} tok/s), "
         f"context {m.n_past}/{m.n_ctx}, RAM {m.rss_bytes / 2**20:.0f} MiB, {m.device}"
-        f"{', ' + threads if threads else ''}]",
+        f"{', ' + threads if threads else ''}{', ' + drafts if drafts else ''}]",
         file=sys.stderr,
     )
     for warning in reply.done.warnings:

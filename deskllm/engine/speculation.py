@@ -29,10 +29,10 @@ START_DRAFT = 4
 MISSES_TO_BACK_OFF = 3
 BACK_OFF_STEPS = 8
 MAX_BACK_OFF_STEPS = 256
-# Logit gap under which a greedy pick from a batched verification is not trusted (a one-token
-# decode's rounding differs by far less; measured in bench/spec.py: near_tie_margin).
+# Logit gap under which a greedy pick from a batched verification is decided by a one-token
+# decode instead, as plain decoding decides it (the two roundings differ by hundredths of a
+# logit at a position; cells made by batched checks move later logits by up to about 0.1).
 NEAR_TIE_LOGITS = 0.05
-MODES = ("off", "auto", "ngram")
 # "auto" drafts only where the measured step times say a draft writes this much more per
 # second than none, and tries a short draft again after this many steps without one.
 MIN_GAIN = 0.05
@@ -79,11 +79,12 @@ class NgramIndex:
 
 @dataclass
 class DraftPolicy:
-    """How many tokens a slot drafts next: more after a draft taken whole, the accepted count
-    plus one after a partial one, none for a while after drafts keep missing (speculation that
-    does not pay costs the verification only)."""
+    """How many tokens a slot drafts next. "ngram" (limit()): more after a draft taken whole,
+    the accepted count plus one after a partial one, none for a while after drafts keep
+    missing. "auto" (best()): the length that pays most by the measured step times and the
+    acceptance, none where none does."""
 
-    auto: bool = False  # "auto": drafts only where they pay (best()); else limit()
+    auto: bool = False
     length: int = START_DRAFT
     misses: int = 0
     wait: int = 0
@@ -91,7 +92,6 @@ class DraftPolicy:
     drafted: int = 0  # tokens proposed, for the figures
     accepted: int = 0  # of them, taken
     passes: int = 0  # verification decodes
-
     rejected: int = 0  # passes that ended at a drafted token the model did not take
     idle: int = 0  # steps "auto" chose not to draft since it last did
 
@@ -118,7 +118,7 @@ class DraftPolicy:
 
     def best(self, limit: int, tokens: float, n: int, costs: StepCosts,
              prior: tuple[float, float] = (0.0, 0.0)) -> int:  # fmt: skip
-        """"auto": the draft length that writes the most tokens per second in a step that
+        """For "auto": the draft length that writes the most tokens per second in a step that
         already holds `n` tokens writing `tokens` (this run's one included), by this
         machine's measured decode times (StepCosts); 0 where drafting does not pay. Without
         measurements yet, or every EXPLORE_STEPS steps without drafts, a short draft is tried
@@ -208,3 +208,11 @@ class AcceptanceByOrder:
 
     def prior(self, order: int) -> tuple[float, float]:
         return self._seen.get(order, (0.0, 0.0))
+
+
+def drafts_text(drafted: int, accepted: int, passes: int) -> str:
+    """A reply's speculation figures, "drafts 85% · 4.6 tok/pass": the share of drafted tokens
+    the model accepted, and tokens written per decode that verified a draft (its accepted
+    drafts and the token after them)."""
+    text = f"drafts {accepted / drafted:.0%}" if drafted else "no drafts"
+    return text + (f" · {(accepted + passes) / passes:.1f} tok/pass" if passes else "")

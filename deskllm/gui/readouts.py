@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 from deskllm.engine.domain import Metrics
+from deskllm.engine.speculation import drafts_text
 from deskllm.engine.thread_governor import FIXED_THREADS, threads_text
 from deskllm.gui.chat_render import energy_per_token, mib
 from deskllm.gui.qt import QHBoxLayout, QLabel, QProgressBar, QWidget
@@ -116,7 +117,8 @@ class LiveReadouts(QWidget):
             self._show_threads(m["n_threads"], m.get("max_threads") or 0,
                                m.get("threads_reason") or "")  # fmt: skip
         if m.get("draft_n"):
-            self.drafts.setText(drafts_text(m))
+            self.drafts.setText(drafts_text(m["draft_n"], m.get("draft_n_accepted", 0),
+                                            m.get("draft_passes") or 0))  # fmt: skip
             self.drafts.show()
         if m.get("joules_per_token") is not None:  # only a finished reply has its energy
             self.energy.setText(energy_per_token(m))
@@ -147,11 +149,3 @@ class LiveReadouts(QWidget):
             parts.append(self.energy.text())
         return " · ".join(parts)
 
-
-def drafts_text(m: dict) -> str:
-    """Speculative decoding's figures, "drafts 85% · 4.6 tok/pass": the share of drafted tokens
-    the model accepted, and tokens written per decode that verified a draft (its accepted
-    drafts and the token after them)."""
-    accepted, passes = m.get("draft_n_accepted", 0), m.get("draft_passes") or 0
-    text = f"drafts {accepted / m['draft_n']:.0%}"
-    return text + (f" · {(accepted + passes) / passes:.1f} tok/pass" if passes else "")

@@ -45,6 +45,15 @@ def test_chat_prompt_streams_a_reply_and_stores_it(cli, deskllm_home):
     assert reply.status == "complete" and reply.content.strip() == r.stdout.strip()
 
 
+def test_chat_with_speculation_reports_its_drafts(cli):
+    quote = "The lighthouse stood on the rock for two hundred years; its keeper wrote a log."
+    r = cli("chat", "--prompt", f"Here is a text.\n\n{quote}\n\nQuote it word for word.",
+            "--temperature", "0", "--repeat-penalty", "1", "--max-tokens", "40", "--ctx", "1024",
+            "--speculation", "ngram", "--metrics")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"drafts \d+% · [\d.]+ tok/pass", r.stderr), r.stderr
+
+
 def test_chat_loads_record_calibration_and_the_next_load_applies_it(cli, deskllm_home):
     """Each `deskllm chat` load goes through the loader: it is recorded, and the next load's
     plan is corrected by it (the --metrics load line says by how many)."""

@@ -14,7 +14,9 @@ from collections import Counter
 from pathlib import Path
 from statistics import NormalDist
 
+import httpx2
 import pytest
+from remote_helpers import llama_server, needs_llama_server
 
 from deskllm.engine.client import EngineClient
 from deskllm.engine.domain import ChatMessage, Sampling, TextDelta, TokenLogprob
@@ -223,3 +225,79 @@ def test_killing_the_engine_mid_speculation_keeps_the_text_sent(starter_model, e
         assert reply.text == "".join(sent) and reply.text
         again = client.chat(uuid.uuid4().hex, QUOTE, greedy("ngram", max_tokens=16)).wait()
         assert again.ok
+
+
+def first_divergence_gap(plain: list[tuple[str, float]], other_text: str) -> float | None:
+    """Where `other_text` first differs from the plain reply (its tokens with the gap between
+    their top two logprobs): that token's gap; None where the texts agree."""
+    plain_text = "".join(token for token, _gap in plain)
+    if other_text == plain_text:
+        return None
+    at = next((i for i, (a, b) in enumerate(zip(plain_text, other_text, strict=False))
+               if a != b), min(len(plain_text), len(other_text)))  # fmt: skip
+    offset = 0
+    for token, gap in plain:
+        offset += len(token)
+        if offset > at:
+            return gap
+    return 0.0  # the other reply is longer: it went on where plain decoding ended
+
+
+@needs_llama_server
+def test_our_drafts_diverge_no_more_than_llama_servers(starter_model, extra_bufts, tmp_path,
+                                                       record_property):
+    """The near-tie check on llama-server's own n-gram drafts (`--spec-type ngram-simple`, the
+    same vendored llama.cpp): its greedy replies against its plain ones, ours against ours.
+    Ours may differ only at near-ties; where theirs differ, and how near a tie, is reported
+    (the test's output and its junit property)."""
+    from deskllm.engine.domain import LoadParams
+
+    asks = {"code": COPY, "quote": QUOTE}
+    ours, theirs = {}, {}
+    with EngineClient() as client:
+        client.load(LoadParams(str(starter_model), n_ctx=2048, n_threads=2,
+                               use_extra_bufts=extra_bufts, kv_ram_budget_mb=0,
+                               kv_disk_budget_mb=0))  # fmt: skip
+        for name, messages in asks.items():
+            plain, _ = tokens_of(client, messages, greedy("off", max_tokens=200))
+            spec = client.chat(uuid.uuid4().hex, messages,
+                               greedy("ngram", max_tokens=200, token_logprobs=False)).wait()
+            gaps = [(t.token, t.top[0].logprob - t.top[1].logprob) for t in plain]
+            ours[name] = first_divergence_gap(gaps, spec.text)
+
+    def ask(server, messages, logprobs: bool) -> dict:
+        body = {"model": "spec", "messages": [{"role": m.role, "content": m.content}
+                                              for m in messages],
+                "temperature": 0, "repeat_penalty": 1.0, "max_tokens": 200}  # fmt: skip
+        if logprobs:
+            body |= {"logprobs": True, "top_logprobs": 2}
+        r = httpx2.post(server.v1 + "/chat/completions", json=body, timeout=300,
+                        headers={"Authorization": "Bearer spec-key"})  # fmt: skip
+        r.raise_for_status()
+        return r.json()
+
+    plain_replies = {}
+    with llama_server(starter_model, "spec", "spec-key", tmp_path, extra_bufts) as server:
+        for name, messages in asks.items():
+            content = ask(server, messages, True)["choices"][0]["logprobs"]["content"]
+            plain_replies[name] = [
+                (t["token"], t["top_logprobs"][0]["logprob"] - t["top_logprobs"][1]["logprob"])
+                for t in content
+            ]
+    with llama_server(starter_model, "spec", "spec-key", tmp_path, extra_bufts,
+                      extra_args=("--spec-type", "ngram-simple")) as server:  # fmt: skip
+        for name, messages in asks.items():
+            reply = ask(server, messages, False)
+            assert reply["timings"].get("draft_n", 0) > 0, "llama-server drafted nothing"
+            theirs[name] = first_divergence_gap(plain_replies[name],
+                                                reply["choices"][0]["message"]["content"])
+
+    def beyond_near_ties(found: dict) -> int:
+        return sum(1 for gap in found.values() if gap is not None and gap >= NEAR_TIE)
+
+    report = (f"first divergences (gap of plain's top two; None: same reply): ours {ours}, "
+              f"llama-server ngram-simple {theirs}; beyond near-ties: ours {beyond_near_ties(ours)}"
+              f", theirs {beyond_near_ties(theirs)}")  # fmt: skip
+    print(report)
+    record_property("divergence", report)
+    assert beyond_near_ties(ours) == 0, report

@@ -65,7 +65,11 @@ _ROLES = {
 }
 # Cancelled replies only happen when the client has gone; "stop" keeps the schema valid.
 # "shutdown": the server stopped while it wrote (SIGTERM past --shutdown-grace).
-_FINISH = {"stop": "stop", "length": "length", "cancelled": "stop", "shutdown": "shutdown"}
+# The engine's finish reasons as the APIs say them (text completions and Ollama's done_reason
+# too): a reply cut by a full context is a length; a cancelled one only happens when the
+# client has gone.
+FINISH = {"stop": "stop", "length": "length", "context_full": "length", "cancelled": "stop",
+          "shutdown": "shutdown"}  # fmt: skip
 
 
 def to_sampling(req: ChatCompletionRequest, n_ctx: int, plan: ToolPlan | None = None) -> Sampling:
@@ -229,7 +233,7 @@ class ChatCompletionServing:
         final = await final_reply(
             self.host, job, disconnected, lambda delta: entries.extend(delta.logprobs)
         )
-        finish = _FINISH.get(final.finish_reason, "stop")
+        finish = FINISH.get(final.finish_reason, "stop")
         parsed = plan.read(final.text)
         if parsed.calls:
             finish = "tool_calls"
@@ -289,7 +293,7 @@ class ChatCompletionServing:
                         yield progress_chunk(chunk_id, created, model, event)
                 elif isinstance(event, Done):
                     finished = True
-                    finish = _FINISH.get(event.finish_reason, "stop")
+                    finish = FINISH.get(event.finish_reason, "stop")
                     if calls is not None:
                         parsed = plan.limit(calls.finish())
                         if parsed.content:

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from deskllm.engine.domain import Done, Error, Exited, Sampling, TextDelta, TokenLogprob
 from deskllm.server import errors
-from deskllm.server.chat_completion.serving import common_sampling, timings, usage
+from deskllm.server.chat_completion.serving import FINISH, common_sampling, timings, usage
 from deskllm.server.completion.protocol import (
     Completion,
     CompletionChoice,
@@ -31,11 +31,6 @@ from deskllm.server.replies import (
     submit,
     utf8,
 )
-
-# Cancelled replies only happen when the client has gone; a full context is a length.
-# (Ollama's done_reason reads the same.)
-FINISH = {"stop": "stop", "length": "length", "context_full": "length", "cancelled": "stop",
-           "shutdown": "shutdown"}  # fmt: skip
 
 
 def prompt_text(req: CompletionRequest) -> str:

@@ -22,10 +22,10 @@ from deskllm.engine.domain import Done, Error, Exited, Metrics, TextDelta
 from deskllm.engine.tool_calls import ParsedReply, ToolCallStream
 from deskllm.server import errors
 from deskllm.server.chat_completion.protocol import ChatCompletionRequest
-from deskllm.server.chat_completion.serving import ChatCompletionServing
+from deskllm.server.chat_completion.serving import FINISH, ChatCompletionServing
 from deskllm.server.chat_completion.tool_choice import NO_TOOLS, ToolPlan
 from deskllm.server.completion.protocol import CompletionRequest
-from deskllm.server.completion.serving import FINISH, CompletionServing
+from deskllm.server.completion.serving import CompletionServing
 from deskllm.server.durations import parse_duration
 from deskllm.server.embeddings.protocol import EmbeddingRequest
 from deskllm.server.embeddings.serving import EmbeddingServing
