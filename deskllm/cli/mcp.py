@@ -5,13 +5,17 @@ each call and its result on stderr, the answer on stdout."""
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 from deskllm.tools.mcp_config import McpConfig, McpConfigError, McpServer
+
+Command = Callable[[argparse.Namespace], int]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -62,58 +66,64 @@ def _pairs(items: list[str], what: str) -> dict[str, str]:
     return pairs
 
 
+def _config_errors(exit_code: int) -> Callable[[Command], Command]:
+    """A command whose McpConfigError (a bad flag, a bad mcp.json, an unknown server) is
+    printed as `deskllm: ...` and exits with `exit_code`."""
+
+    def wrap(command: Command) -> Command:
+        @functools.wraps(command)
+        def run(args: argparse.Namespace) -> int:
+            try:
+                return command(args)
+            except McpConfigError as exc:
+                print(f"deskllm: {exc}", file=sys.stderr)
+                return exit_code
+
+        return run
+
+    return wrap
+
+
+@_config_errors(2)
 def cmd_add(args: argparse.Namespace) -> int:
     command = [c for c in args.command if c != "--"] if args.command else []
-    try:
-        store = config()
-        if args.name in {s.name for s in store.servers()} and not args.replace:
-            raise McpConfigError(f"a server named {args.name!r} exists; add --replace to "
-                                 "replace it")  # fmt: skip
-        if bool(args.url) == bool(command):
-            raise McpConfigError("give either -- COMMAND [ARGS...] or --url URL")
-        entry = {"url": args.url, "headers": _pairs(args.header, "header")} if args.url else {
-            "command": command[0], "args": command[1:], "env": _pairs(args.env, "env")}
-        from deskllm.tools.mcp_config import server_from_json
+    store = config()
+    if args.name in {s.name for s in store.servers()} and not args.replace:
+        raise McpConfigError(f"a server named {args.name!r} exists; add --replace to "
+                             "replace it")  # fmt: skip
+    if bool(args.url) == bool(command):
+        raise McpConfigError("give either -- COMMAND [ARGS...] or --url URL")
+    entry = {"url": args.url, "headers": _pairs(args.header, "header")} if args.url else {
+        "command": command[0], "args": command[1:], "env": _pairs(args.env, "env")}
+    from deskllm.tools.mcp_config import server_from_json
 
-        server = server_from_json(args.name, entry)
-        store.put(server)
-    except McpConfigError as exc:
-        print(f"deskllm: {exc}", file=sys.stderr)
-        return 2
+    server = server_from_json(args.name, entry)
+    store.put(server)
     print(f"added MCP server {server.name}: {server.describe()}")
     return 0
 
 
+@_config_errors(2)
 def cmd_import(args: argparse.Namespace) -> int:
-    try:
-        added = config().import_file(args.file, replace_existing=args.replace)
-    except McpConfigError as exc:
-        print(f"deskllm: {exc}", file=sys.stderr)
-        return 2
+    added = config().import_file(args.file, replace_existing=args.replace)
     print(f"imported {len(added)} MCP server{'s' if len(added) != 1 else ''}"
           + (f": {', '.join(added)}" if added else " (the others are configured already; "
              "--replace replaces them)"))  # fmt: skip
     return 0
 
 
+@_config_errors(1)
 def cmd_remove(args: argparse.Namespace) -> int:
-    try:
-        server = config().remove(args.name)
-    except McpConfigError as exc:
-        print(f"deskllm: {exc}", file=sys.stderr)
-        return 1
+    server = config().remove(args.name)
     print(f"removed MCP server {server.name}")
     return 0
 
 
+@_config_errors(2)
 def cmd_list(args: argparse.Namespace) -> int:
     from deskllm.tools.mcp_hub import McpHub
 
-    try:
-        servers = config().servers()
-    except McpConfigError as exc:
-        print(f"deskllm: {exc}", file=sys.stderr)
-        return 2
+    servers = config().servers()
     enabled = [s for s in servers if s.enabled]
     with McpHub(enabled) as hub:
         failures = hub.start() if enabled else {}

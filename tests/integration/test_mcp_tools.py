@@ -201,6 +201,8 @@ def test_the_command_line(tmp_path, session_home):
                 "--local-timezone", "UTC")  # fmt: skip
     assert added.returncode == 0, added.stderr
     assert cli(home, "mcp", "add", "time", "--", "x").returncode == 2  # exists: --replace
+    unknown = cli(home, "mcp", "remove", "nobody")
+    assert unknown.returncode == 1 and unknown.stderr.startswith("deskllm: "), unknown.stderr
     claude = tmp_path / "claude_desktop_config.json"
     claude.write_text(json.dumps({"mcpServers": {
         "missing": {"command": str(tmp_path / "nowhere")},
