@@ -736,7 +736,7 @@ class Scheduler(LlamaModel):
         """Each decoding run's draft for this step (speculation.py), within its max_tokens,
         the cells promised to it, the sequence limit and the step's batch. Returns the drafted
         tokens in all."""
-        room, total = self.n_batch - len(decoding), 0
+        room = self.n_batch - len(decoding)
         tokens, n = float(len(decoding)), len(decoding)  # each writes one token at least
         for run in decoding:
             run.draft = []
@@ -757,10 +757,9 @@ class Scheduler(LlamaModel):
             if draft:
                 run.draft = draft
                 room -= len(run.draft)
-                total += len(run.draft)
                 n += len(run.draft)
                 tokens += policy.expected(len(run.draft)) - 1
-        return total
+        return n - len(decoding)
 
     def _verify(self, run: SlotRun, now: float) -> list[StepOutput]:
         """Sample the drafted positions in order with the run's own chain, up to the first
