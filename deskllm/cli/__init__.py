@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "deskllm.cli.serve",
     "deskllm.cli.loaded",
     "deskllm.cli.mcp",
+    "deskllm.cli.docs",
     "deskllm.cli.remote",
     "deskllm.cli.usage",
 )

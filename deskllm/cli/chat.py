@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 from deskllm import settings as settings_mod
 from deskllm.backends import AUTO, Resolver
+from deskllm.cli.docs import ChatDocs
 from deskllm.engine.client import EngineClient
 from deskllm.engine.domain import Loaded, Metrics, PromptProgress, Sampling, TextDelta
 from deskllm.engine.errors import EngineError, ErrorKind
@@ -83,6 +84,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="with --mcp: required makes the model's first reply a call")
     p.add_argument("--tool-timeout", type=float, default=30.0, metavar="SECONDS",
                    help="with --mcp: a call that takes longer is abandoned (default 30)")
+    p.add_argument("--docs", default=None, metavar="NAME[,NAME]",
+                   help="answer from these document collections (`deskllm docs add`), citing "
+                        "the passages used")
     p.add_argument("--reasoning-budget", type=int, default=0, metavar="TOKENS",
                    help="close a reasoning model's thinking after this many tokens and make "
                         "it answer (0: no limit)")  # fmt: skip
@@ -164,6 +168,17 @@ def _print_remote_metrics(m: Metrics) -> None:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
+    if args.docs and args.mcp:
+        raise SystemExit("deskllm: --docs and --mcp cannot be used together yet")
+    docs = ChatDocs(args.docs) if args.docs else None
+    try:
+        return _chat(args, docs)
+    finally:
+        if docs is not None:
+            docs.close()
+
+
+def _chat(args: argparse.Namespace, docs: ChatDocs | None) -> int:
     db = open_database()
     store = ConversationStore(db)
     sampling = Sampling(
@@ -180,14 +195,14 @@ def cmd_chat(args: argparse.Namespace) -> int:
     )
     resolver = Resolver(db)
     if args.model == AUTO:
-        return _auto_chat(args, resolver, store, sampling)
+        return _auto_chat(args, resolver, store, sampling, docs)
     try:
         remote = resolver.remote(args.model) if args.model else None
     except EngineError as exc:
         raise SystemExit(f"deskllm: {exc.reason}") from None
     if remote is not None:
         with remote:
-            return _converse(args, store, ChatSession(remote, store), remote.label, sampling)
+            return _converse(args, store, ChatSession(remote, store, docs), remote.label, sampling)
     model_path = resolve_model(resolver, args.model)
     params = params_from_settings(
         settings_mod.load(), model_path, n_ctx=args.ctx or None,
@@ -208,7 +223,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
             from deskllm.cli.mcp import tool_chat
 
             return tool_chat(args, client, model_path, sampling)
-        return _converse(args, store, ChatSession(client, store), model_path, sampling)
+        return _converse(args, store, ChatSession(client, store, docs), model_path, sampling)
 
 
 def _routing_target(resolver: Resolver, spec: str | None) -> tuple[RemoteModel | None, str | None]:
@@ -223,7 +238,7 @@ def _routing_target(resolver: Resolver, spec: str | None) -> tuple[RemoteModel |
         return None, exc.reason
 
 
-def _auto_chat(args, resolver: Resolver, store: ConversationStore, sampling) -> int:
+def _auto_chat(args, resolver: Resolver, store: ConversationStore, sampling, docs) -> int:
     """`--model auto`: the local model first, through the router."""
     if args.escalate_share is not None and not 0 <= args.escalate_share <= 1:
         raise SystemExit("deskllm: --escalate-share is a share between 0 and 1")
@@ -268,7 +283,7 @@ def _auto_chat(args, resolver: Resolver, store: ConversationStore, sampling) -> 
         policy = RoutePolicy(threshold, args.uncertainty_tokens)
         router = Router(client, target, policy, unreachable)
         try:
-            session = ChatSession(router, store)
+            session = ChatSession(router, store, docs)
             return _converse(args, store, session, router.label, sampling, router)
         finally:
             router.close()
@@ -284,6 +299,7 @@ def _converse(
 ) -> int:
     """One message (--prompt) or a REPL, in a new stored conversation. With the router, a
     REPL line `/remote TEXT` asks the remote model for that reply."""
+    docs = session.retrieve if isinstance(session.retrieve, ChatDocs) else None
     title = (args.prompt or "Terminal chat")[:60]
     conversation = store.create(
         title, args.system, model, sampling.__dict__ | {"stop": list(sampling.stop)}
@@ -297,6 +313,8 @@ def _converse(
                 continue
             text = text.removeprefix("/remote ")
         status = _stream(session.send(conversation.id, text, sampling), args.metrics)
+        if docs is not None:
+            docs.print_sources()
         if status and args.prompt is not None:
             return status
     return 0

@@ -1,7 +1,8 @@
 """`deskllm --self-test`: check an installed (or frozen) deskllm end to end, headless.
 
 Probes the hardware, loads the starter model in the engine process and generates a few tokens,
-opens and migrates a database in a temporary home, and starts Qt offscreen. Prints one line of
+opens and migrates a database in a temporary home, indexes and searches two documents with the
+embedding model and sqlite-vec, and starts Qt offscreen. Prints one line of
 JSON and exits 0 only when every check passed.
 """
 
@@ -78,6 +79,31 @@ def _check_database() -> dict[str, Any]:
     return {"schema_version": version}
 
 
+def _check_documents() -> dict[str, Any]:
+    """The embedding model in its engine, sqlite-vec loaded into SQLite, and a hybrid search
+    that finds the one passage that answers."""
+    from pathlib import Path
+
+    from deskllm.documents.embeddings import EmbeddingEngine
+    from deskllm.documents.indexer import Indexer
+    from deskllm.documents.search import search
+    from deskllm.documents.store import DocumentStore
+
+    with tempfile.TemporaryDirectory(prefix="deskllm-self-test-") as tmp:
+        folder = Path(tmp, "docs")
+        folder.mkdir()
+        (folder / "pump.md").write_text("# Pump\n\nThe pump moves forty litres a minute.\n")
+        (folder / "bread.md").write_text("# Bread\n\nRye bread bakes for an hour.\n")
+        with DocumentStore(Path(tmp, "docs.sqlite3")) as store, EmbeddingEngine() as engine:
+            store.create("self-test", [folder], engine.name, engine.dims)
+            Indexer(store, engine.embed).index(store.get("self-test"))
+            hits = search(store, [store.get("self-test")], "how fast is the pump", engine.embed)
+            vec_version = store.conn.execute("select vec_version()").fetchone()[0]
+        if not hits or not hits[0].chunk.path.endswith("pump.md"):
+            raise RuntimeError("the search did not find the passage that answers")
+        return {"embedding_model": engine.name, "dims": engine.dims, "sqlite_vec": vec_version}
+
+
 def _check_qt() -> dict[str, Any]:
     if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -97,6 +123,7 @@ CHECKS: dict[str, Callable[[], dict[str, Any]]] = {
     "hardware": _check_hardware,
     "engine": _check_engine,
     "database": _check_database,
+    "documents": _check_documents,
     "qt": _check_qt,
 }
 

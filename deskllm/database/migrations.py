@@ -248,3 +248,76 @@ def m011_message_reasoning(db: Database) -> None:
     # A reasoning model's thinking, kept apart from its answer (content), so it can be shown
     # folded and is not sent back as part of the answer.
     db["messages"].add_column("reasoning", str, not_null_default="")
+
+
+@migration
+def m012_documents(db: Database) -> None:
+    # Collections of folders indexed for retrieval: files (with what was skipped and why),
+    # their chunks, and BM25 over the chunks (kept current by triggers). The vectors live in a
+    # sqlite-vec table per dimension, made by deskllm.documents.store (it needs the extension).
+    for statement in (
+        """
+        create table doc_collections (
+            id integer primary key,
+            name text not null unique,
+            embedding_model text not null,
+            dims integer not null,
+            created_at real not null
+        )
+        """,
+        """
+        create table doc_folders (
+            id integer primary key,
+            collection_id integer not null references doc_collections(id) on delete cascade,
+            path text not null,
+            unique (collection_id, path)
+        )
+        """,
+        """
+        create table doc_files (
+            id integer primary key,
+            collection_id integer not null references doc_collections(id) on delete cascade,
+            path text not null,
+            size integer not null,
+            mtime_ns integer not null,
+            status text not null,  -- 'indexed' or 'skipped'
+            reason text not null default '',
+            n_chunks integer not null default 0,
+            indexed_at real not null,
+            unique (collection_id, path)
+        )
+        """,
+        """
+        create table doc_chunks (
+            id integer primary key,
+            file_id integer not null references doc_files(id) on delete cascade,
+            ordinal integer not null,
+            text text not null,
+            page integer,
+            heading text not null default '',
+            start integer not null,
+            end integer not null
+        )
+        """,
+        """
+        create index doc_chunks_file on doc_chunks(file_id)
+        """,
+        """
+        create virtual table doc_chunks_fts using fts5(
+            text, heading, content='doc_chunks', content_rowid='id', tokenize='porter unicode61'
+        )
+        """,
+        """
+        create trigger doc_chunks_ai after insert on doc_chunks begin
+            insert into doc_chunks_fts(rowid, text, heading)
+            values (new.id, new.text, new.heading);
+        end;
+        """,
+        """
+        create trigger doc_chunks_ad after delete on doc_chunks begin
+            insert into doc_chunks_fts(doc_chunks_fts, rowid, text, heading)
+            values ('delete', old.id, old.text, old.heading);
+        end;
+        """,
+    ):
+        db.execute(statement)

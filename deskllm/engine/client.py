@@ -464,10 +464,10 @@ class EngineClient:
             self._chats.discard(rid)
         self._cancelled.discard(rid)
 
-    def embed(self, texts: list[str] | tuple[str, ...]) -> Embeddings:
+    def embed(self, texts: list[str] | tuple[str, ...], truncate: bool = False) -> Embeddings:
         """Pooled, unit-length embeddings of `texts`, made between two steps of the running
-        replies. Raises EngineError."""
-        for event in self._chat_events(Embed(next(self._ids), tuple(texts))):
+        replies (`truncate`: cut a text longer than the window). Raises EngineError."""
+        for event in self._chat_events(Embed(next(self._ids), tuple(texts), truncate)):
             if isinstance(event, Embeddings):
                 return event
             if isinstance(event, Error | Exited):

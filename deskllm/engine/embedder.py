@@ -74,11 +74,13 @@ class Embedder:
         return (vector / norm if norm > 0 else vector).tolist()
 
     def embed_texts(
-        self, texts: Sequence[str], tokenize: Callable[[str], list[int]]
+        self, texts: Sequence[str], tokenize: Callable[[str], list[int]], truncate: bool = False
     ) -> tuple[tuple[tuple[float, ...], ...], int]:
-        """Each text's embedding, tokenized with the chat model's `tokenize`, and the tokens
-        read in all (what both workers answer an Embed request with)."""
+        """Each text's embedding, tokenized with the model's `tokenize`, and the tokens read in
+        all. `truncate`: a text longer than the window is cut to it (its end is not read)."""
         tokenized = [tokenize(text) for text in texts]
+        if truncate:
+            tokenized = [tokens[: self.n_ctx] for tokens in tokenized]
         vectors = tuple(tuple(self.embed(tokens)) for tokens in tokenized)
         return vectors, sum(len(tokens) for tokens in tokenized)
 

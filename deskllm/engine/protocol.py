@@ -51,6 +51,8 @@ class Embed:
 
     request_id: int
     texts: tuple[str, ...]
+    # Cut a text longer than the embedding window instead of failing (document chunks).
+    truncate: bool = False
 
 
 @dataclass(frozen=True)

@@ -351,7 +351,9 @@ class Worker:
         runtime = self.runtime
         if self.embedder is None:
             self.embedder = Embedder(runtime.model, runtime.params.n_ctx, runtime.params.n_threads)
-        vectors, total = self.embedder.embed_texts(request.texts, runtime.tokenize)
+        vectors, total = self.embedder.embed_texts(
+            request.texts, runtime.tokenize, request.truncate
+        )
         self.send(Embeddings(request.request_id, vectors, total))
 
     # Chat -------------------------------------------------------------------------------------

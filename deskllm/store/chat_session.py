@@ -6,10 +6,11 @@ written while it streams and ends complete, interrupted (stopped, or the engine 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import asdict
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, replace
 from typing import Any
 
+from deskllm.documents.search import Hit, sources_prompt
 from deskllm.engine.backend import ChatBackend
 from deskllm.engine.domain import ChatMessage, Event, Sampling, TextDelta
 from deskllm.engine.errors import ErrorKind
@@ -61,6 +62,22 @@ def continued_metrics(before: dict[str, Any], part: dict[str, Any]) -> dict[str,
     return merged
 
 
+def with_sources(
+    history: list[ChatMessage], retrieve: Callable[[str], Sequence[Hit]]
+) -> tuple[list[ChatMessage], list[dict]]:
+    """The history with the passages found for its last user message put in that message
+    (not in the system prompt: the cached prompt of earlier turns stays valid), and the
+    passages as stored with the reply."""
+    last = history[-1]
+    if last.role != "user":
+        return history, []
+    hits = list(retrieve(last.content))
+    if not hits:
+        return history, []
+    content = f"{sources_prompt(hits)}\n\nQuestion: {last.content}"
+    return history[:-1] + [replace(last, content=content)], [h.as_json() for h in hits]
+
+
 class ContinueError(ValueError):
     """The conversation has no reply to continue (its last message is not an assistant reply
     with text)."""
@@ -70,9 +87,17 @@ class ChatSession:
     """`client`: any ChatBackend (the local engine, a remote model, the router): its replies
     are stored alike, each under the backend's label as its model."""
 
-    def __init__(self, client: ChatBackend, store: ConversationStore) -> None:
+    def __init__(
+        self,
+        client: ChatBackend,
+        store: ConversationStore,
+        retrieve: Callable[[str], Sequence[Hit]] | None = None,
+    ) -> None:
         self.client = client
         self.store = store
+        # The passages of the user's documents for a question (chat with documents): they go
+        # into that turn's prompt as numbered sources and are stored with the reply.
+        self.retrieve = retrieve
 
     def send(self, conversation_id: str, text: str, sampling: Sampling | None = None) -> Reply:
         """Commit the user's message now, then the reply (see `reply`)."""
@@ -105,6 +130,9 @@ class ChatSession:
         sampling = sampling or Sampling.from_dict(conversation.sampling)
         history = history_messages(conversation.system_prompt, self.store.messages(conversation_id))
         model = self.client.label
+        sources: list[dict] = []
+        if self.retrieve is not None and continued is None and history:
+            history, sources = with_sources(history, self.retrieve)
         if continued is None:
             writer = self.store.begin_reply(conversation_id, model, asdict(sampling))
         else:
@@ -113,6 +141,8 @@ class ChatSession:
         def finish(status: str, metrics: dict[str, Any]) -> None:
             if continued is not None:
                 metrics = continued_metrics(continued.metrics, metrics)
+            if sources:
+                metrics = metrics | {"sources": sources}
             writer.finish(status, metrics)
             answered = metrics.get("model")  # a router's reply names the model that answered
             if isinstance(answered, str) and answered != model:

@@ -106,8 +106,9 @@ def test_self_test_passes_and_prints_one_json_line(cli):
     [line] = r.stdout.strip().splitlines()
     result = json.loads(line)
     assert result["ok"] is True
-    assert set(result["checks"]) == {"hardware", "engine", "database", "qt"}
+    assert set(result["checks"]) == {"hardware", "engine", "database", "documents", "qt"}
     assert result["checks"]["engine"]["tokens"] > 0
+    assert result["checks"]["documents"]["dims"] == 384
 
 
 def test_python_dash_m_and_help(cli):

@@ -1,0 +1,265 @@
+"""`deskllm docs`: collections of folders indexed on this machine, and searching them.
+
+    deskllm docs add NAME FOLDER...      make (or grow) a collection and index it
+    deskllm docs index NAME              index again: only new and changed files are read
+    deskllm docs list [--json]           collections, with their files, chunks and skips
+    deskllm docs skipped NAME            the files not indexed, and why
+    deskllm docs search NAME QUERY       the best passages (hybrid BM25 + vectors)
+    deskllm docs remove NAME             the collection and its index (not the files)
+
+Indexing prints its progress on stderr; a second run after Ctrl+C (or a crash) goes on where
+it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from deskllm.documents.indexer import IndexProgress
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("docs", help="folders indexed for chats that cite your documents")
+    actions = p.add_subparsers(dest="docs_action", metavar="ACTION", required=True)
+    add = actions.add_parser("add", help="add folders to a collection (made if new), index it")
+    add.add_argument("name")
+    add.add_argument("folders", nargs="+", type=Path)
+    add.add_argument("--embedding-model", type=Path, default=None,
+                     help="an embedding GGUF (default: the bundled all-MiniLM-L6-v2)")
+    add.add_argument("--threads", type=int, default=0, help="engine threads (0: physical cores)")
+    add.add_argument("--json", action="store_true", help="print the final figures as JSON")
+    add.set_defaults(func=cmd_add)
+    idx = actions.add_parser("index", help="index a collection again (only what changed)")
+    idx.add_argument("name")
+    idx.add_argument("--threads", type=int, default=0)
+    idx.add_argument("--json", action="store_true")
+    idx.set_defaults(func=cmd_index)
+    ls = actions.add_parser("list", aliases=["ls"], help="the collections")
+    ls.add_argument("--json", action="store_true", help="one JSON object")
+    ls.set_defaults(func=cmd_list)
+    sk = actions.add_parser("skipped", help="the files of a collection that are not indexed")
+    sk.add_argument("name")
+    sk.set_defaults(func=cmd_skipped)
+    se = actions.add_parser("search", help="the passages that best match a query")
+    se.add_argument("name", help="a collection, or several joined by commas")
+    se.add_argument("query")
+    se.add_argument("-k", type=int, default=5, help="how many passages (default 5)")
+    se.add_argument("--mode", choices=("hybrid", "bm25", "vector"), default="hybrid")
+    se.add_argument("--json", action="store_true", help="one JSON object")
+    se.set_defaults(func=cmd_search)
+    rm = actions.add_parser("remove", aliases=["rm"], help="forget a collection and its index")
+    rm.add_argument("name")
+    rm.set_defaults(func=cmd_remove)
+
+
+def _store():
+    from deskllm.documents.store import DocumentStore
+
+    return DocumentStore()
+
+
+def _fail(message: str, code: int = 1) -> int:
+    print(f"deskllm docs: {message}", file=sys.stderr)
+    return code
+
+
+def _progress_line(progress: IndexProgress) -> None:
+    if not sys.stderr.isatty() and not progress.finished:
+        return  # a log gets the summary only
+    eta = progress.eta_s
+    line = (
+        f"\r{progress.collection}: {progress.files_done}/{progress.files_total} files · "
+        f"{progress.chunks} chunks · {progress.chunks_per_s:.1f} chunks/s"
+        + (f" · ETA {eta:.0f} s" if eta is not None and not progress.finished else "")
+        + (f" · {progress.files_skipped} skipped" if progress.files_skipped else "")
+        + (f" · {progress.files_removed} removed" if progress.files_removed else "")
+    )
+    print(line.ljust(79), end="\n" if progress.finished or progress.cancelled else "",
+          file=sys.stderr, flush=True)  # fmt: skip
+
+
+def _run_index(store, name: str, threads: int, as_json: bool, model: Path | None = None) -> int:
+    from deskllm.documents.embeddings import EmbeddingEngine
+    from deskllm.documents.indexer import Indexer
+
+    collection = store.get(name)
+    path = model or _collection_model(collection)
+    with EmbeddingEngine(path, n_threads=threads) as engine:
+        indexer = Indexer(store, engine.embed, on_progress=_progress_line)
+        try:
+            progress = indexer.index(collection)
+        except KeyboardInterrupt:
+            print("\nstopped; `deskllm docs index " + name + "` goes on from here",
+                  file=sys.stderr)  # fmt: skip
+            return 130
+    if as_json:
+        print(json.dumps(_progress_json(progress)))
+    return 0
+
+
+def _collection_model(collection) -> Path:
+    """The embedding GGUF a collection was indexed with (its vectors only match that one)."""
+    from deskllm.documents.embedding_model import default_embedding_model
+
+    default = default_embedding_model()
+    if collection.embedding_model in (default.name, str(default)):
+        return default
+    return Path(collection.embedding_model)
+
+
+def _progress_json(progress: IndexProgress) -> dict:
+    return {
+        "collection": progress.collection, "files_read": progress.files_done,
+        "files_skipped": progress.files_skipped, "files_removed": progress.files_removed,
+        "chunks": progress.chunks, "index_s": round(progress.elapsed_s, 3),
+        "chunks_per_s": round(progress.chunks_per_s, 2),
+    }  # fmt: skip
+
+
+def cmd_add(args: argparse.Namespace) -> int:
+    from deskllm.documents.store import CollectionError
+
+    folders = [f.expanduser().resolve() for f in args.folders]
+    missing = [str(f) for f in folders if not f.is_dir()]
+    if missing:
+        return _fail(f"not a folder: {', '.join(missing)}", 2)
+    with _store() as store:
+        try:
+            existing = {c.name for c in store.collections()}
+            if args.name in existing:
+                store.add_folders(args.name, folders)
+            else:
+                from deskllm.documents.embeddings import EmbeddingEngine
+
+                # The vectors' dimension comes from the model: ask it once.
+                with EmbeddingEngine(args.embedding_model, n_threads=args.threads) as engine:
+                    store.create(args.name, folders, str(engine.model_path) if
+                                 args.embedding_model else engine.name, engine.dims)  # fmt: skip
+        except (CollectionError, FileNotFoundError) as e:
+            return _fail(str(e), 2)
+        return _run_index(store, args.name, args.threads, args.json, args.embedding_model)
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    from deskllm.documents.store import CollectionError
+
+    with _store() as store:
+        try:
+            return _run_index(store, args.name, args.threads, args.json)
+        except (CollectionError, FileNotFoundError) as e:
+            return _fail(str(e), 2)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    with _store() as store:
+        collections = store.collections()
+    if args.json:
+        print(json.dumps({"collections": [
+            {"name": c.name, "folders": list(c.folders), "files": c.files, "chunks": c.chunks,
+             "skipped": c.skipped, "embedding_model": c.embedding_model, "dims": c.dims}
+            for c in collections
+        ]}))  # fmt: skip
+        return 0
+    if not collections:
+        print("No collections yet: deskllm docs add NAME FOLDER...")
+    for c in collections:
+        print(f"{c.name}: {c.files} files, {c.chunks} chunks"
+              + (f", {c.skipped} skipped" if c.skipped else "")
+              + f" — {', '.join(c.folders)}")  # fmt: skip
+    return 0
+
+
+def cmd_skipped(args: argparse.Namespace) -> int:
+    from deskllm.documents.store import CollectionError
+
+    with _store() as store:
+        try:
+            skipped = store.skipped(store.get(args.name))
+        except CollectionError as e:
+            return _fail(str(e), 2)
+    for path, reason in skipped:
+        print(f"{path}: {reason}")
+    return 0
+
+
+def open_search(store, names: str):
+    """The collections named (comma-separated) and an embedding engine for their model."""
+    from deskllm.documents.embeddings import EmbeddingEngine
+
+    collections = [store.get(n.strip()) for n in names.split(",") if n.strip()]
+    models = {c.embedding_model for c in collections}
+    if len(models) > 1:
+        raise ValueError("these collections were indexed with different embedding models; "
+                         "search them one at a time")  # fmt: skip
+    return collections, EmbeddingEngine(_collection_model(collections[0]))
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from deskllm.documents.search import search
+    from deskllm.documents.store import CollectionError
+
+    with _store() as store:
+        try:
+            collections, engine = open_search(store, args.name)
+        except (CollectionError, ValueError, FileNotFoundError) as e:
+            return _fail(str(e), 2)
+        with engine:
+            hits = search(store, collections, args.query, engine.embed, args.k, args.mode)
+    if args.json:
+        print(json.dumps({"query": args.query, "mode": args.mode,
+                          "hits": [h.as_json() for h in hits]}))  # fmt: skip
+        return 0
+    if not hits:
+        print("Nothing matches.")
+    for hit in hits:
+        text = " ".join(hit.chunk.text.split())
+        print(f"[{hit.number}] {hit.label()}\n    {text[:300]}{'…' if len(text) > 300 else ''}")
+    return 0
+
+
+def cmd_remove(args: argparse.Namespace) -> int:
+    from deskllm.documents.store import CollectionError
+
+    with _store() as store:
+        try:
+            store.remove(args.name)
+        except CollectionError as e:
+            return _fail(str(e), 2)
+    print(f"Removed the collection {args.name!r} and its index (your files are untouched).")
+    return 0
+
+
+class ChatDocs:
+    """`deskllm chat --docs NAME`: each question searches the collections; the passages go
+    into the prompt, and are printed as numbered sources under the reply."""
+
+    def __init__(self, names: str) -> None:
+        from deskllm.documents.store import CollectionError
+
+        self.store = _store()
+        try:
+            self.collections, self.engine = open_search(self.store, names)
+        except (CollectionError, ValueError, FileNotFoundError) as e:
+            self.store.close()
+            raise SystemExit(f"deskllm: --docs: {e}") from None
+        self.last: list = []
+
+    def __call__(self, question: str) -> list:
+        from deskllm.documents.search import search
+
+        self.last = search(self.store, self.collections, question, self.engine.embed)
+        return self.last
+
+    def print_sources(self) -> None:
+        if self.last:
+            print("Sources:", file=sys.stderr)
+            for hit in self.last:
+                print(f"  [{hit.number}] {hit.label()}", file=sys.stderr)
+        self.last = []
+
+    def close(self) -> None:
+        self.engine.close()
+        self.store.close()
