@@ -50,9 +50,14 @@ def display():
         server.wait()
 
 
-def launch(cmd: list[str], env: dict[str, str], timeout_s: float = 60) -> tuple[float, float]:
-    """(seconds the app reports, seconds from Popen to its log line) of one first start."""
+def launch(
+    cmd: list[str], env: dict[str, str], timeout_s: float = 60, database: Path | None = None
+) -> tuple[float, float]:
+    """(seconds the app reports, seconds from Popen to its log line) of one first start;
+    `database`: a database file the home starts with (bench/docs.py)."""
     with tempfile.TemporaryDirectory(prefix="deskllm-startup-") as home:
+        if database is not None:
+            shutil.copyfile(database, Path(home) / "deskllm.sqlite3")
         started = time.perf_counter()
         app = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                env=env | {"DESKLLM_HOME": home}, cwd=home)  # fmt: skip

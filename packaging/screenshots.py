@@ -27,7 +27,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SHOTS = ("chat", "chat-progress", "chat-thinking", "models-recommended", "models-installed",
-         "models-discover", "hardware", "usage", "server")  # fmt: skip
+         "models-discover", "hardware", "usage", "server", "docs-indexing",
+         "docs-sources")  # fmt: skip
 SIZE = (1280, 800)
 PROMPTS = (
     "What can I do on a rainy Sunday afternoon at home?",
@@ -212,8 +213,46 @@ class Shooter:
             self.models(window, repo, "models-discover" in wanted)
         if "server" in wanted:
             self.server(window)
+        if wanted & {"docs-indexing", "docs-sources"}:
+            self.documents(window, work)
         if "chat-thinking" in wanted:  # last: it loads another model
             self.thinking(window, work)
+
+    def documents(self, window, work: Path) -> None:
+        """The Documents tab indexing a collection of the project's own manuals (grabbed
+        while it runs), then a chat that searches it: the reply with its sources."""
+        import shutil
+
+        manuals = work / "manuals"
+        manuals.mkdir()
+        for doc in ("README.md", "docs/server.md", "docs/architecture.md",
+                    "docs/scale-out.md", "packaging/README.md", "bench/README.md"):  # fmt: skip
+            shutil.copyfile(ROOT / doc, manuals / doc.replace("/", "-"))
+        panel = window.documents_panel
+        window.tabs.setCurrentWidget(panel)
+        passes: list[object] = []
+        panel.indexed.connect(lambda _name, progress: passes.append(progress))
+        panel.create("deskllm manuals", [manuals])
+        self.wait(lambda: passes or (panel.control is not None and
+                                     "left" in panel.status.text()), "indexing to show its ETA")
+        if "docs-indexing" in self.only and not passes:
+            panel.table.selectRow(0)
+            self.settle()
+            self.save("docs-indexing", window)
+        self.wait(lambda: bool(passes), "the collection to be indexed")
+        if "docs-sources" not in self.only:
+            return
+        chat, bridge = window.chat, window.bridge
+        window.new_conversation()
+        self.wait(lambda: bool(panel.collections), "the collections list")
+        chat.docs_button.choose(["deskllm manuals"])
+        finished: list[object] = []
+        bridge.finished.connect(lambda _cid, reply: finished.append(reply))
+        chat.input.setPlainText("How long may running replies finish when the server stops?")
+        chat.send()
+        self.wait(lambda: bool(finished), "the reply")
+        self.settle()
+        self.save("docs-sources", window)
 
     def server(self, window) -> None:
         """Engine → Local API server…: serving the window's model, with three finished API

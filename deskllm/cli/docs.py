@@ -247,7 +247,7 @@ class ChatDocs:
             raise SystemExit(f"deskllm: --docs: {e}") from None
         self.last: list = []
 
-    def __call__(self, question: str) -> list:
+    def __call__(self, _conversation_id: str, question: str) -> list:
         from deskllm.documents.search import search
 
         self.last = search(self.store, self.collections, question, self.engine.embed)

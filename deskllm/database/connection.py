@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import logging
-import sqlite3
 import time
 from pathlib import Path
 
+# Every connection of the process goes through one SQLite library: sqlean's, which is the
+# standard module's API over a SQLite that can load extensions (sqlite-vec, for documents);
+# many Python builds' own `sqlite3` cannot. Two SQLite copies in one process must never open
+# the same file: each keeps its own bookkeeping of the process's POSIX locks, so closing a file
+# in one drops the other's locks, and one rebuilds the WAL index the other has mapped (the
+# process dies of SIGBUS). sqlite-utils works on the connection it is given.
+import sqlean as sqlite
 from sqlite_utils import Database
 
 from deskllm import paths
@@ -35,7 +41,7 @@ def open_database(
     if path.parent.is_dir():
         paths.ensure_private_file(path)  # 0600, and SQLite gives -wal and -shm the same mode
     migrations = MIGRATIONS if migrations is None else migrations
-    db = Database(sqlite3.connect(path, check_same_thread=not shared, timeout=5.0))
+    db = Database(sqlite.connect(str(path), check_same_thread=not shared, timeout=5.0))
     try:
         db.execute("PRAGMA busy_timeout = 5000")  # a second instance waits instead of failing
         db.execute("PRAGMA foreign_keys = ON")

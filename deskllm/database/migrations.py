@@ -314,6 +314,13 @@ def m012_documents(db: Database) -> None:
         end;
         """,
         """
+        create table doc_conversation_collections (
+            conversation_id text not null references conversations(id) on delete cascade,
+            collection_id integer not null references doc_collections(id) on delete cascade,
+            primary key (conversation_id, collection_id)
+        )
+        """,
+        """
         create trigger doc_chunks_ad after delete on doc_chunks begin
             insert into doc_chunks_fts(doc_chunks_fts, rowid, text, heading)
             values ('delete', old.id, old.text, old.heading);

@@ -46,7 +46,8 @@ def _headings(text: str) -> list[tuple[int, int, str]]:
     for m in HEADING.finditer(text):
         if any(a < m.start() < b for a, b in inside):
             continue
-        found.append((m.start(), len(m.group(1)), m.group(2).strip()))
+        title = m.group(2).replace("`", "").strip()  # `--parallel N` reads as --parallel N
+        found.append((m.start(), len(m.group(1)), title))
     return found
 
 

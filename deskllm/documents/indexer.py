@@ -34,9 +34,10 @@ class Found:
 
 
 def scan_folders(folders: Iterable[str | Path]) -> Found:
-    """Every file under `folders`. Hidden entries (.git) and build folders are left out without
-    a word; a folder that cannot be listed, a symlink loop or a dangling link is listed as
-    skipped. A folder reached twice (through a link) is walked once."""
+    """Every file under `folders` (a file among them is taken as it is: a chat's attachment).
+    Hidden entries (.git) and build folders are left out without a word; a folder that cannot
+    be listed, a symlink loop or a dangling link is listed as skipped. A folder reached twice
+    (through a link) is walked once."""
     files: dict[str, os.stat_result] = {}
     skipped: dict[str, str] = {}
     seen: set[tuple[int, int]] = set()
@@ -47,6 +48,9 @@ def scan_folders(folders: Iterable[str | Path]) -> Found:
             st = folder.stat()
         except OSError as e:
             skipped[str(folder)] = _link_reason(e)
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            files[str(folder)] = st
             continue
         if (st.st_dev, st.st_ino) in seen:
             continue

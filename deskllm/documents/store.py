@@ -3,10 +3,9 @@
 The tables come from migration m012 (the regular ones and BM25's FTS5); the vectors are a
 sqlite-vec `vec0` table per dimension (`doc_vectors_384`), partitioned by collection. Loading
 sqlite-vec needs `enable_load_extension`, which many Python builds leave out of the standard
-`sqlite3` (pyenv's and python.org's among them), so this store opens its own connection to
-the same file with `sqlean` (the standard module's API over a SQLite built with extension
-loading, with wheels for every platform). It is plain DB-API: sqlite-utils matches the standard
-module's exception classes, not sqlean's.
+`sqlite3` (pyenv's and python.org's among them): every connection of the app is made with
+`sqlean` (see deskllm.database.connection). This one is plain DB-API with its own
+transactions, and loads the extension.
 """
 
 from __future__ import annotations
@@ -58,6 +57,15 @@ class CollectionError(ValueError):
     """A collection that does not exist, or one that exists already."""
 
 
+# The files attached to one chat are a collection of their own, named after the conversation
+# and left out of the collections a user manages.
+ATTACHED = "chat:"
+
+
+def attachments_name(conversation_id: str) -> str:
+    return ATTACHED + conversation_id
+
+
 def _vector(values: Sequence[float]) -> bytes:
     return struct.pack(f"<{len(values)}f", *values)
 
@@ -87,14 +95,16 @@ def fts_query(text: str) -> str | None:
 
 class DocumentStore:
     def __init__(self, path: Path | str | None = None) -> None:
-        import sqlean
         import sqlite_vec
 
-        from deskllm.database.connection import open_database
+        from deskllm.database.connection import open_database, sqlite
 
         self.path = Path(path) if path else paths.database_path()
         open_database(self.path).close()  # creates the file and applies the migrations
-        conn = sqlean.connect(str(self.path), timeout=5.0, isolation_level=None)
+        # Used by one thread at a time; another may close it (the app at exit).
+        conn = sqlite.connect(
+            str(self.path), timeout=5.0, isolation_level=None, check_same_thread=False
+        )
         conn.enable_load_extension(True)
         sqlite_vec.load(conn)
         conn.enable_load_extension(False)
@@ -117,9 +127,18 @@ class DocumentStore:
         return _Transaction(self.conn)
 
     # Collections ------------------------------------------------------------------------------
-    def create(self, name: str, folders: Sequence[Path], embedding_model: str, dims: int) -> None:
+    def create(
+        self,
+        name: str,
+        folders: Sequence[Path],
+        embedding_model: str,
+        dims: int,
+        attached: bool = False,
+    ) -> None:
         if not name.strip():
             raise CollectionError("a collection needs a name")
+        if name.startswith(ATTACHED) != attached:
+            raise CollectionError(f"a collection's name cannot start with {ATTACHED!r}")
         with self._tx():
             if self._row("select 1 from doc_collections where name = ?", name):
                 raise CollectionError(f"a collection named {name!r} exists already")
@@ -154,8 +173,11 @@ class DocumentStore:
         return self._collection(row)
 
     def collections(self) -> list[Collection]:
+        """The user's collections (not the chats' attachments)."""
         rows = self.conn.execute(
-            "select id, name, embedding_model, dims from doc_collections order by name"
+            "select id, name, embedding_model, dims from doc_collections "
+            "where name not like ? order by name",
+            (ATTACHED + "%",),
         ).fetchall()
         return [self._collection(row) for row in rows]
 
@@ -183,6 +205,38 @@ class DocumentStore:
                 (collection.id,),
             )
             self.conn.execute("delete from doc_collections where id = ?", (collection.id,))
+
+    def attachments(self, conversation_id: str) -> Collection | None:
+        """The files attached to a chat, or None."""
+        row = self._row(
+            "select id, name, embedding_model, dims from doc_collections where name = ?",
+            attachments_name(conversation_id),
+        )
+        return self._collection(row) if row else None
+
+    def conversation_collections(self, conversation_id: str) -> list[Collection]:
+        """The collections a conversation may search (its attachments apart)."""
+        rows = self.conn.execute(
+            "select k.id, k.name, k.embedding_model, k.dims from doc_collections k "
+            "join doc_conversation_collections c on c.collection_id = k.id "
+            "where c.conversation_id = ? order by k.name",
+            (conversation_id,),
+        ).fetchall()
+        return [self._collection(row) for row in rows]
+
+    def set_conversation_collections(self, conversation_id: str, names: Sequence[str]) -> None:
+        ids = [self.get(name).id for name in names]
+        with self._tx():
+            self.conn.execute(
+                "delete from doc_conversation_collections where conversation_id = ?",
+                (conversation_id,),
+            )
+            for cid in ids:
+                self.conn.execute(
+                    "insert into doc_conversation_collections(conversation_id, collection_id) "
+                    "values (?, ?)",
+                    (conversation_id, cid),
+                )
 
     # Files ------------------------------------------------------------------------------------
     def file_states(self, collection: Collection) -> dict[str, FileState]:

@@ -3,9 +3,12 @@
 
 Signals:
     submitted(): the send key was pressed.
+    files_dropped(list): files were dropped or pasted on it (their paths), to attach.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from deskllm import settings as settings_mod
 from deskllm.gui.qt import QPlainTextEdit, QSize, QSizePolicy, Qt, QWidget, Signal
@@ -13,8 +16,17 @@ from deskllm.gui.qt import QPlainTextEdit, QSize, QSizePolicy, Qt, QWidget, Sign
 MIN_LINES, MAX_LINES = 3, 10  # the box grows with its text between these
 
 
+def local_files(mime) -> list[Path]:
+    """The local files a drop or paste carries ([] for text, or a web link)."""
+    if not mime.hasUrls():
+        return []
+    urls = mime.urls()
+    return [Path(u.toLocalFile()) for u in urls] if all(u.isLocalFile() for u in urls) else []
+
+
 class ChatInput(QPlainTextEdit):
     submitted = Signal()
+    files_dropped = Signal(list)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -45,3 +57,13 @@ class ChatInput(QPlainTextEdit):
                 self.submitted.emit()
                 return
         super().keyPressEvent(event)
+
+    def canInsertFromMimeData(self, source) -> bool:  # noqa: N802 (Qt name)
+        return bool(local_files(source)) or super().canInsertFromMimeData(source)
+
+    def insertFromMimeData(self, source) -> None:  # noqa: N802 (Qt name)
+        files = local_files(source)
+        if files:
+            self.files_dropped.emit(files)  # attached, not pasted as their paths
+            return
+        super().insertFromMimeData(source)

@@ -22,8 +22,10 @@ from pathlib import Path
 
 from deskllm.backends.names import AUTO, AUTO_TITLE, endpoint_of, is_remote
 from deskllm.backends.routing import ENDPOINT_DOWN
-from deskllm.gui.chat_input import ChatInput
+from deskllm.gui.attachments_bar import AttachmentsBar
+from deskllm.gui.chat_input import ChatInput, local_files
 from deskllm.gui.conversation_settings import ConversationSettingsDialog
+from deskllm.gui.docs_button import DocumentsButton
 from deskllm.gui.elided_label import ElidedLabel
 from deskllm.gui.engine_bridge import EngineBridge
 from deskllm.gui.message_view import MessageWidget
@@ -125,10 +127,12 @@ class ChatPanel(QWidget):
         # The model switcher: what chats are answered with, on this machine's fit.
         self.model_button = ModelMenuButton(self.library, self.plan_settings, self, self.remote)
         self.model_button.chat_model_chosen.connect(self.use_chat_model)
+        self.docs_button = DocumentsButton(self)  # which collections this chat searches
         header = QHBoxLayout()
         header.addWidget(self.title, 2)
         header.addWidget(self.details, 1)
         header.addWidget(self.model_button)
+        header.addWidget(self.docs_button)
         header.addWidget(self.settings_button)
 
         self.empty_label = QLabel(
@@ -166,6 +170,9 @@ class ChatPanel(QWidget):
 
         self.input = ChatInput()
         self.input.submitted.connect(self.send)
+        self.attachments = AttachmentsBar(self)  # files attached to this chat
+        self.input.files_dropped.connect(self.attachments.attach_paths)
+        self.setAcceptDrops(True)  # files dropped on the messages are attached too
         self.send_button = QPushButton("Send")
         self.send_button.setDefault(True)
         self.stop_button = QPushButton("Stop")
@@ -189,9 +196,20 @@ class ChatPanel(QWidget):
         layout.addWidget(self.remote_banner)
         layout.addWidget(self.scroll, 1)
         layout.addWidget(self.edit_banner)
+        layout.addWidget(self.attachments)
         layout.addWidget(self.input)
         layout.addLayout(row)
         self._update_buttons()
+
+    def dragEnterEvent(self, event) -> None:  # noqa: N802 (Qt name)
+        if local_files(event.mimeData()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event) -> None:  # noqa: N802 (Qt name)
+        files = local_files(event.mimeData())
+        if files:
+            event.acceptProposedAction()
+            self.attachments.attach_paths(files)
 
     def add_notice(self, widget: QWidget) -> None:
         """A card above the messages (the first-run card): it shows and hides itself."""
@@ -211,6 +229,9 @@ class ChatPanel(QWidget):
         self._update_buttons()
 
     def update_header(self) -> None:
+        if self.docs_button.conversation_id != self.conversation_id:
+            self.docs_button.set_conversation(self.conversation_id)
+            self.attachments.set_conversation(self.conversation_id)
         if not self.conversation_id:
             self.title.setText("")
             self.details.setText("")

@@ -81,6 +81,8 @@ class EngineBridge(QObject):
         self.calibrations: dict[str, routing.Calibration] = {}  # task thread only
         self._active_lock = threading.Lock()
         self._active: Reply | None = None  # the reply streaming now, to stop a remote one
+        # The window's Documents: a conversation's collections are searched for each message.
+        self.documents = None
 
     # GUI thread -------------------------------------------------------------------------------
     def load(self, params: LoadParams) -> None:
@@ -123,8 +125,12 @@ class EngineBridge(QObject):
         self.tasks.run(self._stop_serving)
 
     def forget(self, conversation_id: str) -> None:
-        """The conversation was deleted: drop its KV state in RAM and on disk."""
+        """The conversation was deleted: drop its KV state in RAM and on disk, and the index of
+        the files attached to it."""
         self.client.forget(conversation_id)
+        if self.documents is not None:
+            documents = self.documents
+            self.tasks.run(lambda: documents.detach(conversation_id))
 
     def stop(self) -> None:
         self.client.cancel()
@@ -159,7 +165,7 @@ class EngineBridge(QObject):
         if self._db is None:
             self._db = open_database(self.db_path)
         if self._session is None or self._loader is None:
-            self._session = ChatSession(self.client, ConversationStore(self._db))
+            self._session = ChatSession(self.client, ConversationStore(self._db), self._retrieve)
             self._loader = ModelLoader(self.client, db=self._db)  # the engine's slot count
         return self._loader, self._session
 
@@ -283,11 +289,26 @@ class EngineBridge(QObject):
             elif router.target is not None and share is not None:
                 sampling = Sampling.from_dict(conversation.sampling)
                 router.policy = self._calibration(conversation_id, share, sampling).policy
-            return ChatSession(router, local.store), router.close
+            return ChatSession(router, local.store, self._retrieve), router.close
         if is_remote(model):
             remote = resolver.stored_remote(model)
-            return ChatSession(remote, local.store), remote.close
+            return ChatSession(remote, local.store, self._retrieve), remote.close
         return local, None
+
+    def _retrieve(self, conversation_id: str, question: str) -> list:
+        """The conversation's passages for this message; a search that fails is said, and the
+        reply goes on without them."""
+        if self.documents is None:
+            return []
+        # Attachments go in whole while they take at most half the chat's context.
+        budget = self.engine.conversation_ctx // 2
+        try:
+            return self.documents.retrieve(conversation_id, question, budget)
+        except Exception as exc:  # noqa: BLE001 (the reply matters more than its sources)
+            log.exception("document search failed")
+            self.tasks.post(self.notice.emit, conversation_id,
+                            f"Your documents could not be searched: {exc}")  # fmt: skip
+            return []
 
     def _calibration(
         self, conversation_id: str, share: float, sampling: Sampling

@@ -1,6 +1,6 @@
-"""The main window: conversations on the left; Chat, Models and Hardware panels on the right;
-the model and the live figures in the status bar. It wires the panels to each other and to
-the EngineBridge, loads models, and keeps window state in the per-user gui.ini.
+"""The main window: conversations on the left; Chat, Models, Hardware and Documents panels on the
+right; the model and the live figures in the status bar. It wires the panels to each other and
+to the EngineBridge, loads models, and keeps window state in the per-user gui.ini.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from deskllm.backends.routing import escalate_share
+from deskllm.documents.service import Documents
 from deskllm.engine.client import CRASH_LIMIT
 from deskllm.engine.domain import Loaded, LoadParams
 from deskllm.engine.errors import ErrorKind
@@ -16,6 +17,7 @@ from deskllm.engine.load_defaults import DEFAULT_CTX_CAP
 from deskllm.engine.reply import Reply
 from deskllm.gui.app_model import AppModel
 from deskllm.gui.chat_panel import NEW_TITLE, ChatPanel
+from deskllm.gui.documents_panel import DocumentsPanel
 from deskllm.gui.elided_label import ElidedLabel
 from deskllm.gui.engine_bridge import EngineBridge
 from deskllm.gui.first_run_card import FirstRunCard
@@ -98,6 +100,10 @@ class MainWindow(QMainWindow):
         self.chat.input.set_send_key(self.settings.send_key)
         self.models = ModelsPanel(self.library, self.live_settings)
         self.hardware = HardwarePanel()
+        # Chat with documents: the collections, indexed here, searched by the chat's replies.
+        self.documents = Documents(self.bridge.db_path)
+        self.bridge.documents = self.documents
+        self.documents_panel = DocumentsPanel(self.documents)
         # A benchmark frees the loaded model while it runs and loads it again after it.
         self.hardware.app_model = AppModel(self.bridge, lambda: self.loaded_path, self.load_model)
         # The planner (load checks, Discover's fit badges) reuses the panel's report instead
@@ -108,6 +114,11 @@ class MainWindow(QMainWindow):
         self.tabs.addTab(self.chat, "Chat")
         self.tabs.addTab(self.models, "Models")
         self.tabs.addTab(self.hardware, "Hardware")
+        self.tabs.addTab(self.documents_panel, "Documents")
+        self.chat.docs_button.attach(self.documents, lambda: self.documents_panel.collections,
+                                     lambda: self.tabs.setCurrentWidget(self.documents_panel))
+        self.documents_panel.collections_changed.connect(self.chat.docs_button.refresh)
+        self.chat.attachments.set_documents(self.documents)
         self.hint = HintBanner(MODELS_HINT, "hints/models_panel_dismissed", self.gui_state)
         self.first_run = FirstRunCard(self.gui_state)
         self.chat.add_notice(self.first_run)
@@ -173,7 +184,7 @@ class MainWindow(QMainWindow):
         self._action(engine, "Remote &engines…", self.chat.open_remote_engines)
         self._action(engine, "Local API &server…", self.open_server_panel)
         view = self.menuBar().addMenu("&View")
-        for index, name in enumerate(("&Chat", "&Models", "&Hardware")):
+        for index, name in enumerate(("&Chat", "&Models", "&Hardware", "&Documents")):
             # triggered(bool) passes `checked` first: it must not land in `i`.
             show = lambda _checked=False, i=index: self.tabs.setCurrentIndex(i)  # noqa: E731
             self._action(view, name, show, QKeySequence(f"Ctrl+{index + 1}"))
@@ -279,6 +290,9 @@ class MainWindow(QMainWindow):
         self.sidebar.shutdown()
         self.first_run.shutdown()
         self.models.shutdown()
+        self.documents_panel.shutdown()
+        self.chat.attachments.shutdown()
+        self.documents.close()
         super().closeEvent(event)
 
     # Model -----------------------------------------------------------------------------------

@@ -51,6 +51,7 @@ from deskllm.gui.qt import (
     QWidget,
     Signal,
 )
+from deskllm.gui.sources_view import SourcesView
 from deskllm.gui.thinking_view import ThinkingView
 from deskllm.store.conversations import Message
 
@@ -283,6 +284,7 @@ class MessageWidget(QFrame):
         notes.addWidget(self.ask_button, 0, Qt.AlignmentFlag.AlignRight)
         self.figures = QLabel(wordWrap=True)
         self.figures.setForegroundRole(QPalette.ColorRole.PlaceholderText)
+        self.sources = SourcesView(self, self.open_url)  # the passages a reply was given
         # A long prompt being read: tokens read of all, and the time left, until the text.
         self.progress = QProgressBar(self, maximum=1000, textVisible=True)
         self.progress.hide()
@@ -292,6 +294,7 @@ class MessageWidget(QFrame):
         layout.addWidget(self.thinking)
         layout.addLayout(self.body)
         layout.addWidget(self.progress)
+        layout.addWidget(self.sources)
         layout.addLayout(notes)
         layout.addWidget(self.figures)
 
@@ -313,6 +316,7 @@ class MessageWidget(QFrame):
         self.figures.setText(line)
         self.figures.setToolTip(metrics_details(message.metrics) if line else "")
         self.figures.setVisible(bool(line))
+        self.sources.set_sources(message.metrics.get("sources", []))
         self.set_actions(False)
         self._enable_branch_actions()
 

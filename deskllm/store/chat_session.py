@@ -91,12 +91,12 @@ class ChatSession:
         self,
         client: ChatBackend,
         store: ConversationStore,
-        retrieve: Callable[[str], Sequence[Hit]] | None = None,
+        retrieve: Callable[[str, str], Sequence[Hit]] | None = None,
     ) -> None:
         self.client = client
         self.store = store
-        # The passages of the user's documents for a question (chat with documents): they go
-        # into that turn's prompt as numbered sources and are stored with the reply.
+        # retrieve(conversation id, question): the passages of the user's documents for a
+        # question; they go into that turn's prompt as numbered sources, stored with the reply.
         self.retrieve = retrieve
 
     def send(self, conversation_id: str, text: str, sampling: Sampling | None = None) -> Reply:
@@ -132,7 +132,9 @@ class ChatSession:
         model = self.client.label
         sources: list[dict] = []
         if self.retrieve is not None and continued is None and history:
-            history, sources = with_sources(history, self.retrieve)
+            history, sources = with_sources(
+                history, lambda question: self.retrieve(conversation_id, question)
+            )
         if continued is None:
             writer = self.store.begin_reply(conversation_id, model, asdict(sampling))
         else:

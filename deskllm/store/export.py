@@ -76,11 +76,23 @@ def conversation_markdown(store: ConversationStore, conversation_id: str) -> str
             lines += ["<details><summary>Thinking</summary>", "", message.reasoning, "",
                       "</details>", ""]  # fmt: skip
         lines.append(message.content)
+        if sources := message.metrics.get("sources"):
+            lines += ["", "Sources:", ""]
+            lines += [f"{s['number']}. {_source_where(s)}" for s in sources]
         if message.status != "complete":
             lines += ["", f"*({message.status})*"]
         if figures := figures_line(message):
             lines += ["", f"*{figures}*"]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _source_where(source: dict) -> str:
+    where = f"`{source['path']}`"
+    if source.get("page") is not None:
+        where += f", p. {source['page']}"
+    if source.get("heading"):
+        where += f" — {source['heading']}"
+    return where
 
 
 def figures_line(message: Message) -> str:

@@ -14,7 +14,8 @@ from PySide6.QtGui import QImage
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "packaging" / "screenshots.py"
 SHOTS = ("chat", "chat-progress", "chat-thinking", "models-recommended", "models-installed",
-         "models-discover", "hardware", "usage", "server")  # fmt: skip
+         "models-discover", "hardware", "usage", "server", "docs-indexing",
+         "docs-sources")  # fmt: skip
 SIZE = (1280, 800)
 MAX_BYTES = 400 * 1024  # small enough to commit
 

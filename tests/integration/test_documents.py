@@ -3,6 +3,7 @@ wheel and run by the engine, the app's SQLite with FTS5 and sqlite-vec, real fil
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -19,6 +20,7 @@ import numpy as np
 import pytest
 from document_helpers import encrypted_pdf, pdf_bytes
 
+from deskllm.database.connection import sqlite
 from deskllm.documents.embedding_model import _read_safetensors, minilm_zip_path
 from deskllm.documents.embeddings import EmbeddingEngine
 from deskllm.documents.indexer import Indexer, scan_folders
@@ -121,6 +123,7 @@ def test_a_fact_in_one_of_200_files_is_found_and_the_reply_cites_it(
 ) -> None:
     from deskllm.store import ConversationStore, open_database
     from deskllm.store.chat_session import ChatSession
+    from deskllm.store.export import conversation_markdown
 
     facts = write_corpus(tmp_path / "notes")
     with DocumentStore() as store:
@@ -139,8 +142,8 @@ def test_a_fact_in_one_of_200_files_is_found_and_the_reply_cites_it(
 
         conversations = ConversationStore(open_database())
         conversation = conversations.create("docs", "", "starter", {})
-        session = ChatSession(engine, conversations,
-                              lambda q: search(store, [collection], q, embedder.embed))  # fmt: skip
+        retrieve = lambda _conversation, q: search(store, [collection], q, embedder.embed)  # noqa: E731
+        session = ChatSession(engine, conversations, retrieve)
         reply = session.send(conversation.id, question)
         reply.wait()
         stored = conversations.messages(conversation.id)[-1]
@@ -151,6 +154,8 @@ def test_a_fact_in_one_of_200_files_is_found_and_the_reply_cites_it(
         assert facts[target] in cited["text"] and cited["number"] >= 1
         # The stored question is what the user typed; the passages went only to the model.
         assert conversations.messages(conversation.id)[-2].content == question
+        exported = conversation_markdown(conversations, conversation.id)
+        assert "Sources:" in exported and f"`{target}`" in exported
 
 
 def test_only_changed_files_are_read_again_and_deleted_ones_leave_the_index(
@@ -286,10 +291,11 @@ def test_killed_mid_index_loses_nothing_and_the_next_run_goes_on(tmp_path: Path)
     deadline = time.monotonic() + 120
     while indexed < 20 and time.monotonic() < deadline and process.poll() is None:
         time.sleep(0.05)
-        if database.exists():
-            with DocumentStore(database) as store:
-                row = store.conn.execute("select count(*) from doc_files").fetchone()
-                indexed = row[0]
+        # Read-only, and only reading: the CLI is making the file and its tables meanwhile.
+        with contextlib.suppress(sqlite.OperationalError), contextlib.closing(
+            sqlite.connect(f"file:{database}?mode=ro", uri=True, timeout=5)
+        ) as peek:
+            indexed = peek.execute("select count(*) from doc_files").fetchone()[0]
     assert process.poll() is None, process.communicate()[1]
     os.killpg(process.pid, signal.SIGKILL)  # the CLI and its engine process
     process.wait()

@@ -1,13 +1,12 @@
 """ConversationStore and ReplyWriter against a real SQLite file."""
 
-import sqlite3
 import time
 from pathlib import Path
 
 import pytest
 from sqlite_utils.db import NotFoundError
 
-from deskllm.database.connection import open_database
+from deskllm.database.connection import open_database, sqlite
 from deskllm.store.conversations import ConversationStore, Message, ReplyWriter
 
 TICK = 0.02  # between writes whose order matters (coarse clocks)
@@ -25,14 +24,14 @@ def store(db_path):
     db.close()
 
 
-def other_connection(path: Path) -> sqlite3.Connection:
+def other_connection(path: Path) -> sqlite.Connection:
     """What another process (or the app after a restart) would read: only committed data."""
-    conn = sqlite3.connect(path)
-    conn.row_factory = sqlite3.Row
+    conn = sqlite.connect(path)
+    conn.row_factory = sqlite.Row
     return conn
 
 
-def committed_message(path: Path, message_id: int) -> sqlite3.Row | None:
+def committed_message(path: Path, message_id: int) -> sqlite.Row | None:
     conn = other_connection(path)
     try:
         return conn.execute("select * from messages where id = ?", [message_id]).fetchone()
@@ -190,7 +189,7 @@ def test_add_message_rejects_an_unknown_status(store):
 
 
 def test_add_message_to_a_missing_conversation_fails_and_writes_nothing(store):
-    with pytest.raises(sqlite3.IntegrityError):
+    with pytest.raises(sqlite.IntegrityError):
         store.add_message("missing", "user", "orphan")
     assert store.db["messages"].count == 0
 

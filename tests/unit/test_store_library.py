@@ -1,13 +1,12 @@
 """ModelLibrary: installed GGUF models recorded from their own headers."""
 
 import logging
-import sqlite3
 from pathlib import Path
 
 import pytest
 
 from deskllm.catalog.starter import STARTER_NAME
-from deskllm.database.connection import open_database
+from deskllm.database.connection import open_database, sqlite
 from deskllm.gguf.header import GgufError
 from deskllm.store.library import ModelLibrary
 
@@ -51,7 +50,7 @@ def test_add_the_starter_model(library, starter_model, db_path):
     assert library.list() == [model]
     assert library.get(model.id) == model
     # committed
-    with sqlite3.connect(db_path) as conn:
+    with sqlite.connect(db_path) as conn:
         assert conn.execute("select path from models").fetchall() == [(model.path,)]
 
 

@@ -1,22 +1,27 @@
 """open_database and migrate: WAL, migrations applied atomically, a newer schema refused."""
 
 import hashlib
-import sqlite3
 from pathlib import Path
 
 import pytest
 from sqlite_utils import Database
 
-from deskllm.database.connection import MIGRATIONS_TABLE, DatabaseTooNew, migrate, open_database
+from deskllm.database.connection import (
+    MIGRATIONS_TABLE,
+    DatabaseTooNew,
+    migrate,
+    open_database,
+    sqlite,
+)
 from deskllm.database.migrations import MIGRATIONS
 from deskllm.store.conversations import ConversationStore
 
 NAMES = [name for name, _ in MIGRATIONS]
 
 
-def raw(path: Path) -> sqlite3.Connection:
+def raw(path: Path) -> sqlite.Connection:
     """A plain connection, independent of the store's own."""
-    return sqlite3.connect(path)
+    return sqlite.connect(path)
 
 
 def schema(path: Path) -> list[tuple]:
@@ -102,7 +107,7 @@ def test_reopening_applies_nothing_and_changes_nothing(tmp_path):
 
 def test_foreign_keys_are_enforced(tmp_path):
     db = open_database(tmp_path / "store.sqlite3")
-    with pytest.raises(sqlite3.IntegrityError):
+    with pytest.raises(sqlite.IntegrityError):
         db["messages"].insert(
             {"conversation_id": "no-such", "role": "user", "content": "x", "status": "complete"}
         )
