@@ -176,7 +176,7 @@ def main() -> None:
             questions = questions["questions"]
             for mode in ("hybrid", "bm25", "vector"):
                 report[f"recall5_{mode}"] = round(
-                    recall(store, store.get("project"), engine.embed, questions, mode), 3)
+                    recall(store, store.get("project"), engine.embed_query, questions, mode), 3)
             report["questions"] = len(questions)
 
             report["search_chunks"] = grow(store, store.get("corpus"), opts.chunks)
@@ -184,11 +184,11 @@ def main() -> None:
             queries = [q["question"] for q in questions] + [" ".join(t.split()[:6]) for t in texts]
             queries = (queries * (opts.queries // len(queries) + 1))[: opts.queries]
             collection = store.get("corpus")
-            search(store, [collection], "warm up", engine.embed)
+            search(store, [collection], "warm up", engine.embed_query)
             latencies = []
             for query in queries:
                 started = time.perf_counter()
-                search(store, [collection], query, engine.embed)
+                search(store, [collection], query, engine.embed_query)
                 latencies.append((time.perf_counter() - started) * 1000)
             latencies.sort()
             report["search_p50_ms"] = round(statistics.median(latencies), 1)

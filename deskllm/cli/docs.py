@@ -101,13 +101,9 @@ def _run_index(store, name: str, threads: int, as_json: bool, model: Path | None
 
 
 def _collection_model(collection) -> Path:
-    """The embedding GGUF a collection was indexed with (its vectors only match that one)."""
-    from deskllm.documents.embedding_model import default_embedding_model
+    from deskllm.documents.embeddings import collection_model
 
-    default = default_embedding_model()
-    if collection.embedding_model in (default.name, str(default)):
-        return default
-    return Path(collection.embedding_model)
+    return collection_model(collection.embedding_model)
 
 
 def _progress_json(progress: IndexProgress) -> dict:
@@ -207,7 +203,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         except (CollectionError, ValueError, FileNotFoundError) as e:
             return _fail(str(e), 2)
         with engine:
-            hits = search(store, collections, args.query, engine.embed, args.k, args.mode)
+            hits = search(store, collections, args.query, engine.embed_query, args.k, args.mode)
     if args.json:
         print(json.dumps({"query": args.query, "mode": args.mode,
                           "hits": [h.as_json() for h in hits]}))  # fmt: skip
@@ -250,7 +246,7 @@ class ChatDocs:
     def __call__(self, _conversation_id: str, question: str) -> list:
         from deskllm.documents.search import search
 
-        self.last = search(self.store, self.collections, question, self.engine.embed)
+        self.last = search(self.store, self.collections, question, self.engine.embed_query)
         return self.last
 
     def print_sources(self) -> None:

@@ -97,7 +97,8 @@ def _check_documents() -> dict[str, Any]:
         with DocumentStore(Path(tmp, "docs.sqlite3")) as store, EmbeddingEngine() as engine:
             store.create("self-test", [folder], engine.name, engine.dims)
             Indexer(store, engine.embed).index(store.get("self-test"))
-            hits = search(store, [store.get("self-test")], "how fast is the pump", engine.embed)
+            collection = store.get("self-test")
+            hits = search(store, [collection], "how fast is the pump", engine.embed_query)
             vec_version = store.conn.execute("select vec_version()").fetchone()[0]
         if not hits or not hits[0].chunk.path.endswith("pump.md"):
             raise RuntimeError("the search did not find the passage that answers")

@@ -15,6 +15,36 @@ from deskllm.engine.client import EngineClient
 from deskllm.engine.domain import LoadParams
 
 BATCH_TEXTS = 16  # texts per Embed request: few enough that a cancel is heard soon
+# Models trained with a task prefix before each text (query, document), by GGUF architecture:
+# without them their retrieval is measurably worse (their model cards).
+PREFIXES = {
+    "nomic-bert": ("search_query: ", "search_document: "),
+    "nomic-bert-moe": ("search_query: ", "search_document: "),
+    "gemma-embedding": ("task: search result | query: ", "title: none | text: "),
+}
+# Architectures made for embeddings (Discover's downloads, the collection's model menu).
+EMBEDDING_ARCHITECTURES = frozenset(
+    {"bert", "nomic-bert", "nomic-bert-moe", "jina-bert-v2", "jina-bert-v3", "gemma-embedding",
+     "modern-bert", "neo-bert", "t5encoder"}
+)  # fmt: skip
+
+
+def architecture_of(path: Path) -> str:
+    from deskllm.gguf.header import GgufError, read_header
+
+    try:
+        return read_header(path).architecture
+    except GgufError:
+        return "unknown"
+
+
+def collection_model(embedding_model: str) -> Path:
+    """The GGUF a collection was indexed with (its vectors only match that model's): the
+    bundled model is stored by its name, another by its path."""
+    default = default_embedding_model()
+    if embedding_model in (default.name, str(default)):
+        return default
+    return Path(embedding_model)
 
 
 class EmbeddingEngine:
@@ -35,12 +65,23 @@ class EmbeddingEngine:
             self.client.close()
             raise
         self.tokens = 0  # tokens read in all, for the speed readout
+        self.query_prefix, self.document_prefix = PREFIXES.get(
+            architecture_of(self.model_path), ("", "")
+        )
 
     @property
     def name(self) -> str:
         return self.model_path.name
 
     def embed(self, texts: Sequence[str]) -> list[tuple[float, ...]]:
+        """Passages' vectors (with the model's document prefix)."""
+        return self._embed([self.document_prefix + t for t in texts])
+
+    def embed_query(self, texts: Sequence[str]) -> list[tuple[float, ...]]:
+        """Questions' vectors (with the model's query prefix)."""
+        return self._embed([self.query_prefix + t for t in texts])
+
+    def _embed(self, texts: Sequence[str]) -> list[tuple[float, ...]]:
         vectors: list[tuple[float, ...]] = []
         for i in range(0, len(texts), BATCH_TEXTS):
             result = self.client.embed(list(texts[i : i + BATCH_TEXTS]), truncate=True)

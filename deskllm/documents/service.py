@@ -11,10 +11,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from deskllm.documents.chunking import TOKEN
-from deskllm.documents.embeddings import EmbeddingEngine
+from deskllm.documents.embedding_model import default_embedding_model
+from deskllm.documents.embeddings import EmbeddingEngine, collection_model
 from deskllm.documents.indexer import IndexControl, Indexer, IndexProgress
 from deskllm.documents.readers import Skip, read_document
-from deskllm.documents.search import Hit, search
+from deskllm.documents.search import TOP_K, Hit, search
 from deskllm.documents.store import Collection, DocumentStore, StoredChunk, attachments_name
 
 # Chat models' tokenizers cut text finer than the chunker counts (about 1.3 of theirs to one).
@@ -27,7 +28,7 @@ class Documents:
         self.n_threads = n_threads
         self._local = threading.local()
         self._stores: list[DocumentStore] = []
-        self._engine: EmbeddingEngine | None = None
+        self._engines: dict[str, EmbeddingEngine] = {}  # by model path, each started on use
         self._lock = threading.Lock()
 
     def store(self) -> DocumentStore:
@@ -39,18 +40,23 @@ class Documents:
                 self._stores.append(store)
         return store
 
-    def engine(self) -> EmbeddingEngine:
+    def engine(self, model: Path | None = None) -> EmbeddingEngine:
+        """The engine of an embedding GGUF (default: the bundled all-MiniLM-L6-v2)."""
+        path = model or default_embedding_model()
         with self._lock:
-            if self._engine is None:
-                self._engine = EmbeddingEngine(n_threads=self.n_threads)
-            return self._engine
+            engine = self._engines.get(str(path))
+            if engine is None:
+                engine = self._engines[str(path)] = EmbeddingEngine(path, self.n_threads)
+            return engine
 
-    def embed(self, texts: list[str]) -> list[tuple[float, ...]]:
-        return self.engine().embed(texts)
+    def engine_of(self, collection: Collection) -> EmbeddingEngine:
+        return self.engine(collection_model(collection.embedding_model))
 
-    def create(self, name: str, folders: list[Path]) -> None:
-        engine = self.engine()
-        self.store().create(name, folders, engine.name, engine.dims)
+    def create(self, name: str, folders: list[Path], model: Path | None = None) -> None:
+        """A new collection, indexed with `model` (an embedding GGUF; default: the bundled)."""
+        engine = self.engine(model)
+        stored = str(engine.model_path) if model else engine.name
+        self.store().create(name, folders, stored, engine.dims)
 
     def index(
         self,
@@ -59,7 +65,9 @@ class Documents:
         control: IndexControl | None = None,
     ) -> IndexProgress:
         store = self.store()
-        return Indexer(store, self.embed, on_progress, control).index(store.get(name))
+        collection = store.get(name)
+        embed = self.engine_of(collection).embed
+        return Indexer(store, embed, on_progress, control).index(collection)
 
     def attach(
         self,
@@ -71,11 +79,12 @@ class Documents:
         store = self.store()
         name = attachments_name(conversation_id)
         if store.attachments(conversation_id) is None:
-            engine = self.engine()
+            engine = self.engine()  # attachments: the bundled model
             store.create(name, list(paths), engine.name, engine.dims, attached=True)
         else:
             store.add_folders(name, list(paths))
-        return Indexer(store, self.embed, on_progress).index(store.get(name))
+        collection = store.get(name)
+        return Indexer(store, self.engine_of(collection).embed, on_progress).index(collection)
 
     def attached(self, conversation_id: str) -> list[str]:
         """The paths attached to a chat."""
@@ -100,14 +109,26 @@ class Documents:
             whole = whole_files(store, attached, budget)
             if not whole:
                 collections.append(attached)  # too long to go in whole: searched
-        hits = search(store, collections, question, self.embed) if collections else []
+        hits = self._search(store, collections, question)
         return [replace(hit, number=n) for n, hit in enumerate(whole + hits, start=1)]
+
+    def _search(
+        self, store: DocumentStore, collections: list[Collection], question: str
+    ) -> list[Hit]:
+        """Each embedding model's collections searched with it; the best of all of them."""
+        groups: dict[str, list[Collection]] = {}
+        for collection in collections:
+            groups.setdefault(collection.embedding_model, []).append(collection)
+        hits = []
+        for group in groups.values():
+            hits += search(store, group, question, self.engine_of(group[0]).embed_query)
+        return sorted(hits, key=lambda h: -h.score)[:TOP_K]
 
     def close(self) -> None:
         with self._lock:
-            engine, self._engine = self._engine, None
+            engines, self._engines = list(self._engines.values()), {}
             stores, self._stores = self._stores, []
-        if engine is not None:
+        for engine in engines:
             engine.close()
         for store in stores:
             store.close()

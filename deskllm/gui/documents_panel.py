@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from deskllm.documents.indexer import IndexControl, IndexProgress
@@ -43,6 +44,7 @@ log = logging.getLogger("deskllm.gui")
 
 WATCH_DELAY_MS = 3000  # a burst of changes (a checkout, a save-all) is indexed once
 COUNTS_EVERY_S = 1.0  # the table's files and chunks while a pass runs
+BUNDLED_MODEL = "all-MiniLM-L6-v2 (comes with deskllm; English)"
 COLUMNS = ("Collection", "Files", "Chunks", "Skipped", "Folders")
 
 
@@ -118,6 +120,9 @@ class DocumentsPanel(QWidget):
                  watch: bool = True) -> None:  # fmt: skip
         super().__init__(parent)
         self.documents = documents
+        # (name, path) of the installed embedding models a new collection may use (the window
+        # lists them from the library; the bundled model is always offered first).
+        self.embedding_models: Callable[[], list[tuple[str, Path]]] = list
         self.tasks = TaskRunner("documents", self)
         self.control: IndexControl | None = None  # the pass running now
         self.running: str | None = None
@@ -229,13 +234,22 @@ class DocumentsPanel(QWidget):
         name, ok = QInputDialog.getText(self, "New collection", "Name of the collection:")
         if not ok or not name.strip():
             return
+        model = None
+        installed = self.embedding_models()
+        if installed:  # downloaded in Discover (Embedding models for Documents…)
+            labels = [BUNDLED_MODEL, *(label for label, _ in installed)]
+            choice, ok = QInputDialog.getItem(self, "New collection", "Embedding model:",
+                                              labels, 0, False)  # fmt: skip
+            if not ok:
+                return
+            model = dict(installed).get(choice)
         folder = QFileDialog.getExistingDirectory(self, f"A folder for {name.strip()}")
         if folder:
-            self.create(name.strip(), [Path(folder)])
+            self.create(name.strip(), [Path(folder)], model)
 
-    def create(self, name: str, folders: list[Path]) -> None:
+    def create(self, name: str, folders: list[Path], model: Path | None = None) -> None:
         """Make the collection (on the task thread: the embedding model tells its vectors'
-        size) and index it."""
+        size) and index it. `model`: an embedding GGUF (default: the bundled one)."""
 
         def made(future) -> None:
             try:
@@ -246,7 +260,7 @@ class DocumentsPanel(QWidget):
             self.refresh()
             self.index(name)
 
-        self.tasks.run(lambda: self.documents.create(name, folders), made)
+        self.tasks.run(lambda: self.documents.create(name, folders, model), made)
 
     def add_folder(self) -> None:
         name = self.selected()

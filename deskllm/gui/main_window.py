@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from deskllm.backends.routing import escalate_share
+from deskllm.documents.embeddings import EMBEDDING_ARCHITECTURES
 from deskllm.documents.service import Documents
 from deskllm.engine.client import CRASH_LIMIT
 from deskllm.engine.domain import Loaded, LoadParams
@@ -119,6 +120,10 @@ class MainWindow(QMainWindow):
                                      lambda: self.tabs.setCurrentWidget(self.documents_panel))
         self.documents_panel.collections_changed.connect(self.chat.docs_button.refresh)
         self.chat.attachments.set_documents(self.documents)
+        self.documents_panel.embedding_models = lambda: [
+            (m.name, Path(m.path)) for m in self.library.list()
+            if m.architecture in EMBEDDING_ARCHITECTURES and m.exists
+        ]  # fmt: skip
         self.hint = HintBanner(MODELS_HINT, "hints/models_panel_dismissed", self.gui_state)
         self.first_run = FirstRunCard(self.gui_state)
         self.chat.add_notice(self.first_run)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import PurePath
 
+from deskllm.catalog.embedding_repos import EMBEDDING_REPOS
 from deskllm.catalog.hub import CatalogError, HubCatalog, hub_offline
 from deskllm.catalog.hub_types import SORTS, SearchResult
 from deskllm.catalog.quants import quality_rank
@@ -108,6 +109,18 @@ class DiscoverView(QWidget):
         self.sort = QComboBox()
         self.sort.addItems(SORTS)
         self.search_button = QPushButton("Search")
+        # Embedding models for the Documents tab's collections: a repo shown like any other.
+        self.embedding = QComboBox()
+        self.embedding.addItem("Embedding models for Documents…", None)
+        for repo in EMBEDDING_REPOS:
+            self.embedding.addItem(f"{repo.name} — {repo.dims} dimensions, {repo.about}",
+                                   repo.repo_id)  # fmt: skip
+        policy = QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
+        self.embedding.setSizeAdjustPolicy(policy)
+        self.embedding.setMinimumContentsLength(24)
+        self.embedding.setToolTip("Models that turn passages into vectors, for collections "
+                                  "in the Documents tab (all-MiniLM-L6-v2 comes with the app)")
+        self.embedding.activated.connect(self._embedding_chosen)
         self.banner = QLabel()
         self.banner.setWordWrap(True)
         self.banner.setFrameShape(QLabel.Shape.StyledPanel)
@@ -154,6 +167,9 @@ class DiscoverView(QWidget):
         bar.addWidget(QLabel("Sort by"))
         bar.addWidget(self.sort)
         bar.addWidget(self.search_button)
+        embedding = QHBoxLayout()
+        embedding.addWidget(self.embedding)
+        embedding.addStretch(1)
         detail = QWidget()
         detail_layout = QVBoxLayout(detail)
         detail_layout.setContentsMargins(0, 0, 0, 0)
@@ -170,6 +186,7 @@ class DiscoverView(QWidget):
         splitter.setChildrenCollapsible(False)
         layout = QVBoxLayout(self)
         layout.addLayout(bar)
+        layout.addLayout(embedding)
         layout.addWidget(self.banner)
         layout.addWidget(splitter, 1)
         layout.addWidget(self.downloads_box)
@@ -303,6 +320,11 @@ class DiscoverView(QWidget):
     def _select_result(self, row: int) -> None:
         repo_id = self.result_repo(row)
         if repo_id and repo_id != self.repo_id:
+            self.show_repo(repo_id)
+
+    def _embedding_chosen(self, index: int) -> None:
+        repo_id = self.embedding.itemData(index)
+        if repo_id:
             self.show_repo(repo_id)
 
     def show_repo(self, repo_id: str, curated: bool = False) -> None:

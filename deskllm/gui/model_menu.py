@@ -23,6 +23,7 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from deskllm.backends.names import AUTO, AUTO_TITLE, is_remote
+from deskllm.documents.embeddings import EMBEDDING_ARCHITECTURES
 from deskllm.gui.qt import QAction, QActionGroup, QMenu, QPoint, Qt, QToolButton, QWidget, Signal
 from deskllm.gui.remote_catalog import RemoteCatalog
 from deskllm.gui.tasks import TaskRunner
@@ -120,7 +121,8 @@ class ModelMenuButton(QToolButton):
         for action in menu.actions():
             self.group.removeAction(action)
         menu.clear()
-        models = self.library.list()
+        # Embedding models index documents (the Documents tab); they cannot chat.
+        models = [m for m in self.library.list() if m.architecture not in EMBEDDING_ARCHITECTURES]
         if not models:
             menu.addAction("No models installed: see the Models panel").setEnabled(False)
         for model in models:

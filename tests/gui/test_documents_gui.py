@@ -172,3 +172,45 @@ def test_attached_files_go_in_whole_when_they_fit_and_are_searched_when_not(
     qtbot.waitUntil(lambda: bar.label.text() == "" and not bar.detach_button.isVisible())
     send_and_wait(qtbot, window, "How long do the leeks simmer?")
     assert "sources" not in window.chat.widgets[-1].message.metrics
+
+
+def test_an_embedding_model_from_discover_indexes_a_collection(
+    qtbot, hub, window, tmp_path, embedding_model
+):
+    """Discover offers embedding GGUFs; one downloaded from the (test) Hub is offered for a new
+    collection, never as a chat model, and indexes and searches it in its own engine."""
+    from deskllm.catalog.embedding_repos import EMBEDDING_REPOS
+
+    repo = next(r for r in EMBEDDING_REPOS if r.repo_id.startswith("CompendiumLabs/"))
+    # The test Hub serves the bundled model's GGUF as that repo's file (a BERT GGUF too).
+    hub.add_repo(repo.repo_id, {"bge-small-en-v1.5-f16.gguf": embedding_model})
+    view = window.models.discover
+    window.tabs.setCurrentWidget(window.models)
+    window.models.tabs.setCurrentWidget(view)
+    index = view.embedding.findData(repo.repo_id)
+    assert index > 0
+    view.embedding.setCurrentIndex(index)
+    view.embedding.activated.emit(index)
+    qtbot.waitUntil(lambda: view.plan is not None, timeout=INDEX_TIMEOUT_MS)
+    with qtbot.waitSignal(view.download_finished, timeout=INDEX_TIMEOUT_MS) as done:
+        view.download(repo.repo_id, "bge-small-en-v1.5-f16.gguf")
+    downloaded = Path(done.args[0])
+
+    panel = window.documents_panel
+    qtbot.waitUntil(lambda: [p for _, p in panel.embedding_models()] == [downloaded])
+    window.chat.model_button.refresh()
+    chat_models = [a.data() for a in window.chat.model_button.menu().actions()]
+    assert str(downloaded) not in chat_models  # it cannot chat
+
+    folder = tmp_path / "bge"
+    write_notes(folder, 4)
+    with qtbot.waitSignal(panel.indexed, timeout=INDEX_TIMEOUT_MS) as indexed:
+        panel.create("bge", [folder], downloaded)
+    assert indexed.args[1].chunks == 4
+    store = panel.documents.store()
+    assert store.get("bge").embedding_model == str(downloaded)
+    window.new_conversation()
+    window.chat.docs_button.choose(["bge"])
+    hits = panel.documents.retrieve(window.chat.conversation_id, "Who feeds 2 gulls?")
+    assert hits[0].chunk.path == str(folder / "note002.md")
+    assert str(downloaded) in panel.documents._engines  # its own engine process

@@ -133,16 +133,16 @@ def test_a_fact_in_one_of_200_files_is_found_and_the_reply_cites_it(
         target = str(tmp_path / "notes" / "town137.md")
         question = "How many apples does the white hare of Town137 eat?"
         assert "white hare of Town137" in facts[target]
-        hits = search(store, [collection], question, embedder.embed)
+        hits = search(store, [collection], question, embedder.embed_query)
         assert target in [h.chunk.path for h in hits[:5]]
         assert hits[0].chunk.heading == "Notes on Town137 › Wildlife"
         # Each list alone, too (the benchmark measures their recall on a question set).
-        assert target in [h.chunk.path for h in search(store, [collection], question,
-                                                       embedder.embed, mode="vector")]  # fmt: skip
+        vector = search(store, [collection], question, embedder.embed_query, mode="vector")
+        assert target in [h.chunk.path for h in vector]
 
         conversations = ConversationStore(open_database())
         conversation = conversations.create("docs", "", "starter", {})
-        retrieve = lambda _conversation, q: search(store, [collection], q, embedder.embed)  # noqa: E731
+        retrieve = lambda _conversation, q: search(store, [collection], q, embedder.embed_query)  # noqa: E731
         session = ChatSession(engine, conversations, retrieve)
         reply = session.send(conversation.id, question)
         reply.wait()
@@ -178,7 +178,7 @@ def test_only_changed_files_are_read_again_and_deleted_ones_leave_the_index(
         collection = store.get("notes")
         assert collection.files == 30  # 30 - deleted - renamed away + renamed to + new
         paths = {h.chunk.path for h in search(store, [collection], "Town002 wildlife apples",
-                                              embedder.embed, top_k=40)}  # fmt: skip
+                                              embedder.embed_query, top_k=40)}  # fmt: skip
         assert str(folder / "town002.md") not in paths
         assert str(folder / "town003.md") not in paths
         gone = store.conn.execute(
@@ -186,7 +186,7 @@ def test_only_changed_files_are_read_again_and_deleted_ones_leave_the_index(
             "where f.path in (?, ?)", (str(folder / "town002.md"), str(folder / "town003.md"))
         ).fetchone()[0]
         assert gone == 0
-        hit = search(store, [collection], "when was the mill rebuilt", embedder.embed)[0]
+        hit = search(store, [collection], "when was the mill rebuilt", embedder.embed_query)[0]
         assert hit.chunk.path == str(folder / "town001.md")
         _assert_consistent(store)
 
@@ -250,7 +250,7 @@ def test_bad_inputs_are_skipped_with_reasons_and_indexing_goes_on(
             index(store, embedder, "mixed", [folder])
             collection = store.get("mixed")
             skipped = dict(store.skipped(collection))
-            hit = search(store, [collection], "pump flow litres", embedder.embed)[0]
+            hit = search(store, [collection], "pump flow litres", embedder.embed_query)[0]
     finally:
         stop.set()
         writer.join()
