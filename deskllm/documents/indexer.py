@@ -42,12 +42,14 @@ def scan_folders(folders: Iterable[str | Path]) -> Found:
     skipped: dict[str, str] = {}
     seen: set[tuple[int, int]] = set()
     stack = [Path(f) for f in folders]
+    roots = set(stack)
     while stack:
         folder = stack.pop()
         try:
             st = folder.stat()
         except OSError as e:
-            skipped[str(folder)] = _link_reason(e)
+            gone = folder in roots and not folder.is_symlink()
+            skipped[str(folder)] = "not found (moved or deleted?)" if gone else _link_reason(e)
             continue
         if not stat.S_ISDIR(st.st_mode):
             files[str(folder)] = st

@@ -18,6 +18,9 @@ from deskllm.documents.readers import Skip, read_document
 from deskllm.documents.search import TOP_K, Hit, search
 from deskllm.documents.store import Collection, DocumentStore, StoredChunk, attachments_name
 
+# The embedding context the engine makes (engine/embedder.py's MAX_EMBED_CTX; that module
+# loads llama.cpp, which the window's process does not).
+EMBED_CTX = 2048
 # Chat models' tokenizers cut text finer than the chunker counts (about 1.3 of theirs to one).
 MODEL_TOKENS_PER_TOKEN = 1.3
 
@@ -123,6 +126,30 @@ class Documents:
         for group in groups.values():
             hits += search(store, group, question, self.engine_of(group[0]).embed_query)
         return sorted(hits, key=lambda h: -h.score)[:TOP_K]
+
+    def memory_to_reserve(self) -> int:
+        """RAM the embedding models of the collections (and of the chats' attachments) take
+        once they run, for those not running yet: the planner keeps it free when it plans a
+        chat model (a running one is counted in the machine's free memory already)."""
+        from deskllm.gguf.header import GgufError, read_header
+        from deskllm.planner.memory import EstimateParams, estimate_memory
+        from deskllm.planner.model_shape import model_shape
+
+        rows = self.store().conn.execute("select distinct embedding_model from doc_collections")
+        with self._lock:
+            running = set(self._engines)
+        total = 0
+        for (stored,) in rows.fetchall():
+            try:
+                path = collection_model(stored)
+                if str(path) in running or not path.is_file():
+                    continue
+                header = read_header(path)
+                context = min(header.context_length or EMBED_CTX, EMBED_CTX)
+                total += estimate_memory(model_shape(header), EstimateParams(context)).ram_bytes
+            except (GgufError, FileNotFoundError, ValueError):
+                continue  # a model that cannot load takes nothing
+        return total
 
     def close(self) -> None:
         with self._lock:

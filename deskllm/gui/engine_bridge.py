@@ -166,7 +166,8 @@ class EngineBridge(QObject):
             self._db = open_database(self.db_path)
         if self._session is None or self._loader is None:
             self._session = ChatSession(self.client, ConversationStore(self._db), self._retrieve)
-            self._loader = ModelLoader(self.client, db=self._db)  # the engine's slot count
+            # The engine's slot count; the documents' embedding models' RAM left free.
+            self._loader = ModelLoader(self.client, db=self._db, reserve=self._reserve)
         return self._loader, self._session
 
     def _start_serving(self, config, slots: int) -> None:
@@ -294,6 +295,9 @@ class EngineBridge(QObject):
             remote = resolver.stored_remote(model)
             return ChatSession(remote, local.store, self._retrieve), remote.close
         return local, None
+
+    def _reserve(self) -> int:
+        return self.documents.memory_to_reserve() if self.documents is not None else 0
 
     def _retrieve(self, conversation_id: str, question: str) -> list:
         """The conversation's passages for this message; a search that fails is said, and the

@@ -68,8 +68,12 @@ class ModelLoader:
         hardware: HardwareReport | HardwareSource | None = None,
         probe_model: str | None = None,
         slots: int | None = None,
+        reserve: Callable[[], int] | None = None,
     ) -> None:
         self.client = client
+        # RAM that other engines of the app will take beside this model (the documents'
+        # embedding models that are not running yet): the plan leaves it free.
+        self.reserve = reserve
         self._slots = slots
         self.db = db
         if isinstance(hardware, HardwareReport):
@@ -101,7 +105,7 @@ class ModelLoader:
         params = resolve_params(replace(params, model_path=str(path)), header.context_length)
         if params.use_extra_bufts is None:
             params = replace(params, use_extra_bufts=self._extra_bufts_work(params))
-        report = self._hardware()
+        report = self._reserved(self._hardware())
         if report is None:
             return LoadCheck(replace(params, gpu_auto=False), None, Corrections())
         corrections = self._corrections(header.architecture)
@@ -133,7 +137,7 @@ class ModelLoader:
         except GgufError as exc:
             raise EngineError(str(exc), ErrorKind.BAD_MODEL) from None
         params = resolve_params(params, header.context_length)
-        report = self._hardware()
+        report = self._reserved(self._hardware())
         if report is None or report.memory.available_bytes <= 0:
             return 1
         corrections = self._corrections(header.architecture)
@@ -149,6 +153,13 @@ class ModelLoader:
             if same_place and refused is None:
                 return n
         return 1
+
+    def _reserved(self, report: HardwareReport | None) -> HardwareReport | None:
+        reserve = self.reserve() if self.reserve is not None else 0
+        if report is None or reserve <= 0 or report.memory.available_bytes <= 0:
+            return report
+        available = max(1, report.memory.available_bytes - reserve)
+        return replace(report, memory=replace(report.memory, available_bytes=available))
 
     def _refusal(self, planner: FitPlanner, header: GgufHeader, params: LoadParams) -> str | None:
         if planner.hardware.memory.available_bytes <= 0:

@@ -340,3 +340,48 @@ def test_the_cli_adds_lists_searches_chats_and_removes(tmp_path: Path) -> None:
     missing = subprocess.run([*CLI, "docs", "search", "nope", "x"], env=env, text=True,
                              capture_output=True, timeout=60)  # fmt: skip
     assert missing.returncode == 2 and "no collection named 'nope'" in missing.stderr
+
+
+def test_the_planner_leaves_room_for_embedding_models_not_running_yet(
+    tmp_path: Path, starter_model: Path
+) -> None:
+    import dataclasses
+
+    from deskllm.documents.service import Documents
+    from deskllm.engine.domain import LoadParams
+    from deskllm.engine.errors import EngineError, ErrorKind
+    from deskllm.hardware import report_from_dict
+    from deskllm.loader import ModelLoader
+
+    write_corpus(tmp_path / "notes", 2)
+    running = Documents()
+    running.create("notes", [tmp_path / "notes"])
+    assert running.memory_to_reserve() == 0  # running: counted in the free memory already
+    running.close()
+    later = Documents()  # the next start of the app: nothing runs yet
+    reserve = later.memory_to_reserve()
+    assert 40 << 20 < reserve < 400 << 20  # all-MiniLM-L6-v2's weights, context and buffers
+
+    profile = Path(__file__).parents[1] / "data" / "hardware" / "desktop_cpu_16gb.json"
+    report = report_from_dict(json.loads(profile.read_text(encoding="utf-8")))
+    params = LoadParams(model_path=str(starter_model), n_ctx=2048, n_threads=2,
+                        gpu_auto=False, n_gpu_layers=0, use_extra_bufts=False)  # fmt: skip
+
+    def loader(available: int, **kw) -> ModelLoader:
+        memory = dataclasses.replace(report.memory, available_bytes=available)
+        return ModelLoader(None, hardware=dataclasses.replace(report, memory=memory), **kw)
+
+    low, high = 1, 1 << 34  # the least free RAM the starter model is planned to fit in
+    while low < high:
+        mid = (low + high) // 2
+        try:
+            loader(mid).check(params)
+            high = mid
+        except EngineError:
+            low = mid + 1
+    loader(low).check(params)
+    with pytest.raises(EngineError) as refused:
+        loader(low, reserve=later.memory_to_reserve).check(params)
+    assert refused.value.kind == ErrorKind.TOO_BIG
+    loader(low + reserve, reserve=later.memory_to_reserve).check(params)
+    later.close()
