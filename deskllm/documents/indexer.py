@@ -213,7 +213,7 @@ class Indexer:
     def _index_file(self, collection: Collection, path: str, st, progress: IndexProgress) -> None:
         self.read_paths.append(path)
         try:
-            document = read_document(Path(path))
+            document = read_document(Path(path), (st.st_size, st.st_mtime_ns))
         except Skip as skip:
             reason = str(skip)
             changing = reason.startswith("changed while")

@@ -87,10 +87,13 @@ def check_file(path: Path) -> os.stat_result:
     return st
 
 
-def read_document(path: Path) -> Document:
+def read_document(path: Path, listed: tuple[int, int] | None = None) -> Document:
     """The file's text in sections. Raises Skip when it cannot be read, or when it changed
-    while it was read (it is read again on the next pass)."""
+    while it was read, or since it was `listed` with this (size, mtime_ns): a file being
+    written is read on a later pass, once it holds still."""
     before = check_file(path)
+    if listed is not None and listed != (before.st_size, before.st_mtime_ns):
+        raise Skip("changed while it was read; it is read again on the next pass")
     kind = kind_of(path)
     try:
         data = path.read_bytes()

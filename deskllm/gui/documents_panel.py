@@ -14,6 +14,7 @@ Signals:
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -70,19 +71,24 @@ def progress_text(progress: IndexProgress) -> str:
 
 class _Watcher:
     """watchdog's observer over the collections' folders; `changed(name)` is called on
-    watchdog's thread for a change under a collection's folder."""
+    watchdog's thread for a change under a collection's folder. `watch` runs on the panel's
+    task thread, `close` on the GUI thread: the observer is swapped under a lock."""
 
     def __init__(self, changed) -> None:
         self.changed = changed
         self.observer = None
         self.folders: dict[str, set[str]] = {}
+        self.lock = threading.Lock()
+        self.closed = False
 
     def watch(self, collections: list[Collection]) -> None:
         from watchdog.events import FileSystemEventHandler
         from watchdog.observers import Observer
 
-        self.stop()
-        self.folders = {c.name: set(c.folders) for c in collections}
+        with self.lock:
+            old, self.observer = self.observer, None
+            self.folders = {c.name: set(c.folders) for c in collections}
+        _halt(old)
         watcher = self
 
         class Handler(FileSystemEventHandler):
@@ -96,19 +102,33 @@ class _Watcher:
                     if any(path == f or path.startswith(f.rstrip("/") + "/") for f in folders):
                         watcher.changed(name)
 
-        self.observer = Observer()
-        for folders in self.folders.values():
-            for folder in folders:
-                if Path(folder).is_dir():
-                    self.observer.schedule(Handler(), folder, recursive=True)
-        self.observer.daemon = True
-        self.observer.start()
+        observer = Observer()
+        observer.daemon = True
+        observer.start()
+        try:
+            for folders in self.folders.values():
+                for folder in folders:
+                    if Path(folder).is_dir():
+                        observer.schedule(Handler(), folder, recursive=True)
+        except OSError:
+            _halt(observer)
+            raise
+        with self.lock:
+            if not self.closed:
+                self.observer, observer = observer, None
+        _halt(observer)  # closed meanwhile
 
-    def stop(self) -> None:
-        if self.observer is not None:
-            self.observer.stop()
-            self.observer.join(5)
-            self.observer = None
+    def close(self) -> None:
+        with self.lock:
+            self.closed = True
+            old, self.observer = self.observer, None
+        _halt(old)
+
+
+def _halt(observer) -> None:
+    if observer is not None:
+        observer.stop()
+        observer.join(5)
 
 
 class DocumentsPanel(QWidget):
@@ -189,7 +209,12 @@ class DocumentsPanel(QWidget):
         def load() -> list[Collection]:
             collections = self.documents.store().collections()
             if self.watcher is not None:  # adding the watches walks the folders: not on the GUI
-                self.watcher.watch(collections)
+                try:
+                    self.watcher.watch(collections)
+                except OSError as exc:  # the system's limit of watches (inotify), say
+                    log.warning("folders not watched: %s", exc)
+                    self.tasks.post(self.status.setText, f"The folders are not watched ({exc}): "
+                                    "changes are found at the next start, or with Index again.")
             return collections
 
         def shown(future) -> None:
@@ -404,7 +429,7 @@ class DocumentsPanel(QWidget):
 
     def shutdown(self) -> None:
         if self.watcher is not None:
-            self.watcher.stop()
+            self.watcher.close()
         self.cancel()
         self.tasks.shutdown(wait=True)
 
