@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from deskllm.documents.chunking import chunk_document
-from deskllm.documents.readers import READABLE, Skip, read_document
+from deskllm.documents.readers import Skip, kind_of, read_document, size_limit
 from deskllm.documents.store import Collection, DocumentStore
 
 IGNORED_DIRS = {"node_modules", "__pycache__", "venv", ".venv", "site-packages"}
@@ -185,7 +185,7 @@ class Indexer:
                 continue  # unchanged since it was indexed (or skipped)
             todo.append((path, st))
         progress.files_total = len(todo)
-        progress.bytes_total = sum(st.st_size for path, st in todo if _readable(Path(path)))
+        progress.bytes_total = sum(_weight(Path(path), st.st_size) for path, st in todo)
         self.on_progress(progress)
         for path, st in todo:
             if not self._wait(progress):
@@ -221,7 +221,7 @@ class Indexer:
             size, mtime = (0, 0) if changing else (st.st_size, st.st_mtime_ns)
             self.store.skip_file(collection, path, size, mtime, reason)
             progress.files_skipped += 1
-            progress.bytes_done += st.st_size if _readable(Path(path)) else 0
+            progress.bytes_done += _weight(Path(path), st.st_size)
             return
         chunks = chunk_document(document.kind, document.sections)
         texts = [f"{c.heading}\n\n{c.text}" if c.heading else c.text for c in chunks]
@@ -231,5 +231,8 @@ class Indexer:
         progress.bytes_done += st.st_size
 
 
-def _readable(path: Path) -> bool:
-    return path.suffix.lower() in READABLE
+def _weight(path: Path, size: int) -> int:
+    """The bytes a file counts for in the time left: what is read of it (a file deskllm does
+    not read, or skips for its size, takes no time)."""
+    kind = kind_of(path)
+    return size if kind is not None and size <= size_limit(kind) else 0

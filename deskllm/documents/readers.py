@@ -30,7 +30,6 @@ CODE = {
 HTML = {".html", ".htm", ".xhtml"}
 PDF = {".pdf"}
 DOCX = {".docx"}
-READABLE = MARKDOWN | TEXT | CODE | HTML | PDF | DOCX
 
 
 class Skip(Exception):  # noqa: N818 (it is not an error: the file is listed with its reason)
@@ -62,6 +61,10 @@ def kind_of(path: Path) -> str | None:
     return None
 
 
+def size_limit(kind: str) -> int:
+    return MAX_BINARY_DOC_BYTES if kind in ("pdf", "docx") else MAX_TEXT_BYTES
+
+
 def _size_words(n: int) -> str:
     for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
         if n >= scale:
@@ -81,7 +84,7 @@ def check_file(path: Path) -> os.stat_result:
     kind = kind_of(path)
     if kind is None:
         raise Skip(f"not a document type deskllm reads ({path.suffix or 'no extension'})")
-    limit = MAX_BINARY_DOC_BYTES if kind in ("pdf", "docx") else MAX_TEXT_BYTES
+    limit = size_limit(kind)
     if st.st_size > limit:
         raise Skip(f"too large ({_size_words(st.st_size)}; the limit is {_size_words(limit)})")
     return st

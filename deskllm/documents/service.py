@@ -1,6 +1,7 @@
 """Documents: the app's one way to its collections from any thread (the window's indexing, the
-chat's retrieval): one embedding engine, started on first use and shared (its client is
-thread-safe), and a store connection per thread (SQLite connections belong to their thread).
+chat's retrieval): an engine per embedding model, each started on first use and shared (its
+client is thread-safe), and a store connection per thread (SQLite connections belong to their
+thread).
 """
 
 from __future__ import annotations

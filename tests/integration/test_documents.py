@@ -248,7 +248,8 @@ def test_bad_inputs_are_skipped_with_reasons_and_indexing_goes_on(
     writer.start()
     try:
         with DocumentStore() as store:
-            index(store, embedder, "mixed", [folder])
+            store.create("mixed", [folder], embedder.name, embedder.dims)
+            progress = Indexer(store, embedder.embed).index(store.get("mixed"))
             collection = store.get("mixed")
             skipped = dict(store.skipped(collection))
             hit = search(store, [collection], "pump flow litres", embedder.embed_query)[0]
@@ -262,6 +263,7 @@ def test_bad_inputs_are_skipped_with_reasons_and_indexing_goes_on(
     assert skipped[str(folder / "loop1")] == "a symbolic link loop"
     assert skipped[str(growing)].startswith("changed while it was read")
     assert collection.files == 6  # the five notes and the readable PDF
+    assert progress.bytes_total < 10 << 20  # the 2 GB file, skipped unread, takes no time left
     assert (hit.chunk.path, hit.chunk.page) == (str(folder / "manual.pdf"), 1)
 
     shared = Path(tempfile.mkdtemp(prefix="deskllm-unreadable-"))
