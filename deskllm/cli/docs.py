@@ -81,29 +81,16 @@ def _progress_line(progress: IndexProgress) -> None:
           file=sys.stderr, flush=True)  # fmt: skip
 
 
-def _run_index(store, name: str, threads: int, as_json: bool, model: Path | None = None) -> int:
-    from deskllm.documents.embeddings import EmbeddingEngine
-    from deskllm.documents.indexer import Indexer
-
-    collection = store.get(name)
-    path = model or _collection_model(collection)
-    with EmbeddingEngine(path, n_threads=threads) as engine:
-        indexer = Indexer(store, engine.embed, on_progress=_progress_line)
-        try:
-            progress = indexer.index(collection)
-        except KeyboardInterrupt:
-            print("\nstopped; `deskllm docs index " + name + "` goes on from here",
-                  file=sys.stderr)  # fmt: skip
-            return 130
+def _run_index(documents, name: str, as_json: bool) -> int:
+    try:
+        progress = documents.index(name, on_progress=_progress_line)
+    except KeyboardInterrupt:
+        print("\nstopped; `deskllm docs index " + name + "` goes on from here",
+              file=sys.stderr)  # fmt: skip
+        return 130
     if as_json:
         print(json.dumps(_progress_json(progress)))
     return 0
-
-
-def _collection_model(collection) -> Path:
-    from deskllm.documents.embeddings import collection_model
-
-    return collection_model(collection.embedding_model)
 
 
 def _progress_json(progress: IndexProgress) -> dict:
@@ -116,37 +103,38 @@ def _progress_json(progress: IndexProgress) -> dict:
 
 
 def cmd_add(args: argparse.Namespace) -> int:
+    from deskllm.documents.service import Documents
     from deskllm.documents.store import CollectionError
 
     folders = [f.expanduser().resolve() for f in args.folders]
     missing = [str(f) for f in folders if not f.is_dir()]
     if missing:
         return _fail(f"not a folder: {', '.join(missing)}", 2)
-    with _store() as store:
-        try:
-            existing = {c.name for c in store.collections()}
-            if args.name in existing:
-                store.add_folders(args.name, folders)
-            else:
-                from deskllm.documents.embeddings import EmbeddingEngine
-
-                # The vectors' dimension comes from the model: ask it once.
-                with EmbeddingEngine(args.embedding_model, n_threads=args.threads) as engine:
-                    store.create(args.name, folders, str(engine.model_path) if
-                                 args.embedding_model else engine.name, engine.dims)  # fmt: skip
-        except (CollectionError, FileNotFoundError) as e:
-            return _fail(str(e), 2)
-        return _run_index(store, args.name, args.threads, args.json, args.embedding_model)
+    documents = Documents(n_threads=args.threads)
+    try:
+        store = documents.store()
+        if args.name in {c.name for c in store.collections()}:
+            store.add_folders(args.name, folders)
+        else:
+            documents.create(args.name, folders, args.embedding_model)
+        return _run_index(documents, args.name, args.json)
+    except (CollectionError, FileNotFoundError) as e:
+        return _fail(str(e), 2)
+    finally:
+        documents.close()
 
 
 def cmd_index(args: argparse.Namespace) -> int:
+    from deskllm.documents.service import Documents
     from deskllm.documents.store import CollectionError
 
-    with _store() as store:
-        try:
-            return _run_index(store, args.name, args.threads, args.json)
-        except (CollectionError, FileNotFoundError) as e:
-            return _fail(str(e), 2)
+    documents = Documents(n_threads=args.threads)
+    try:
+        return _run_index(documents, args.name, args.json)
+    except (CollectionError, FileNotFoundError) as e:
+        return _fail(str(e), 2)
+    finally:
+        documents.close()
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -181,29 +169,29 @@ def cmd_skipped(args: argparse.Namespace) -> int:
     return 0
 
 
-def open_search(store, names: str):
-    """The collections named (comma-separated) and an embedding engine for their model."""
-    from deskllm.documents.embeddings import EmbeddingEngine
-
+def open_search(documents, names: str) -> list:
+    """The collections named (comma-separated), all of one embedding model (their vectors are
+    compared with one query's)."""
+    store = documents.store()
     collections = [store.get(n.strip()) for n in names.split(",") if n.strip()]
-    models = {c.embedding_model for c in collections}
-    if len(models) > 1:
+    if len({c.embedding_model for c in collections}) > 1:
         raise ValueError("these collections were indexed with different embedding models; "
                          "search them one at a time")  # fmt: skip
-    return collections, EmbeddingEngine(_collection_model(collections[0]))
+    return collections
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from deskllm.documents.search import search
+    from deskllm.documents.service import Documents
     from deskllm.documents.store import CollectionError
 
-    with _store() as store:
-        try:
-            collections, engine = open_search(store, args.name)
-        except (CollectionError, ValueError, FileNotFoundError) as e:
-            return _fail(str(e), 2)
-        with engine:
-            hits = search(store, collections, args.query, engine.embed_query, args.k, args.mode)
+    documents = Documents()
+    try:
+        collections = open_search(documents, args.name)
+        hits = documents.search(collections, args.query, args.k, args.mode)
+    except (CollectionError, ValueError, FileNotFoundError) as e:
+        return _fail(str(e), 2)
+    finally:
+        documents.close()
     if args.json:
         print(json.dumps({"query": args.query, "mode": args.mode,
                           "hits": [h.as_json() for h in hits]}))  # fmt: skip
@@ -233,20 +221,21 @@ class ChatDocs:
     into the prompt, and are printed as numbered sources under the reply."""
 
     def __init__(self, names: str) -> None:
+        from deskllm.documents.service import Documents
         from deskllm.documents.store import CollectionError
 
-        self.store = _store()
+        self.documents = Documents()
         try:
-            self.collections, self.engine = open_search(self.store, names)
+            self.collections = open_search(self.documents, names)
+            for collection in self.collections:  # a missing model is said now, not mid-chat
+                self.documents.engine_of(collection)
         except (CollectionError, ValueError, FileNotFoundError) as e:
-            self.store.close()
+            self.documents.close()
             raise SystemExit(f"deskllm: --docs: {e}") from None
         self.last: list = []
 
     def __call__(self, _conversation_id: str, question: str) -> list:
-        from deskllm.documents.search import search
-
-        self.last = search(self.store, self.collections, question, self.engine.embed_query)
+        self.last = self.documents.search(self.collections, question)
         return self.last
 
     def print_sources(self) -> None:
@@ -257,5 +246,4 @@ class ChatDocs:
         self.last = []
 
     def close(self) -> None:
-        self.engine.close()
-        self.store.close()
+        self.documents.close()

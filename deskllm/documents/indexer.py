@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from deskllm.documents.chunking import chunk_document
-from deskllm.documents.readers import Skip, kind_of, read_document, size_limit
+from deskllm.documents.readers import Changing, Skip, kind_of, read_document, size_limit
 from deskllm.documents.store import Collection, DocumentStore
 
-IGNORED_DIRS = {"node_modules", "__pycache__", "venv", ".venv", "site-packages"}
+IGNORED_DIRS = {"node_modules", "__pycache__", "venv", "site-packages"}  # and every hidden one
 
 
 @dataclass(frozen=True)
@@ -215,11 +215,10 @@ class Indexer:
         try:
             document = read_document(Path(path), (st.st_size, st.st_mtime_ns))
         except Skip as skip:
-            reason = str(skip)
-            changing = reason.startswith("changed while")
             # A file that changed while read keeps no size and mtime: the next pass reads it.
+            changing = isinstance(skip, Changing)
             size, mtime = (0, 0) if changing else (st.st_size, st.st_mtime_ns)
-            self.store.skip_file(collection, path, size, mtime, reason)
+            self.store.skip_file(collection, path, size, mtime, str(skip))
             progress.files_skipped += 1
             progress.bytes_done += _weight(Path(path), st.st_size)
             return

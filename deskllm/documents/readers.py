@@ -36,6 +36,13 @@ class Skip(Exception):  # noqa: N818 (it is not an error: the file is listed wit
     """This file is not indexed; `str(skip)` says why in the user's words."""
 
 
+class Changing(Skip):
+    """The file is being written: it is read on a later pass, once it holds still."""
+
+    def __init__(self) -> None:
+        super().__init__("changed while it was read; it is read again on the next pass")
+
+
 @dataclass(frozen=True)
 class Section:
     """A run of a file's text: the whole text, or one PDF page (`page` counts from 1)."""
@@ -96,7 +103,7 @@ def read_document(path: Path, listed: tuple[int, int] | None = None) -> Document
     written is read on a later pass, once it holds still."""
     before = check_file(path)
     if listed is not None and listed != (before.st_size, before.st_mtime_ns):
-        raise Skip("changed while it was read; it is read again on the next pass")
+        raise Changing
     kind = kind_of(path)
     try:
         data = path.read_bytes()
@@ -106,7 +113,7 @@ def read_document(path: Path, listed: tuple[int, int] | None = None) -> Document
     if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns) or len(
         data
     ) != before.st_size:
-        raise Skip("changed while it was read; it is read again on the next pass")
+        raise Changing
     if kind == "pdf":
         sections = _pdf_pages(data)
     elif kind == "docx":

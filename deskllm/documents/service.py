@@ -113,20 +113,25 @@ class Documents:
             whole = whole_files(store, attached, budget)
             if not whole:
                 collections.append(attached)  # too long to go in whole: searched
-        hits = self._search(store, collections, question)
+        hits = self.search(collections, question) if collections else []
         return [replace(hit, number=n) for n, hit in enumerate(whole + hits, start=1)]
 
-    def _search(
-        self, store: DocumentStore, collections: list[Collection], question: str
+    def search(
+        self, collections: list[Collection], question: str, top_k: int = TOP_K,
+        mode: str = "hybrid",
     ) -> list[Hit]:
-        """Each embedding model's collections searched with it; the best of all of them."""
+        """The best `top_k` passages of `collections`: each embedding model's collections
+        searched with that model, numbered from 1 in the order of their scores."""
+        store = self.store()
         groups: dict[str, list[Collection]] = {}
         for collection in collections:
             groups.setdefault(collection.embedding_model, []).append(collection)
         hits = []
         for group in groups.values():
-            hits += search(store, group, question, self.engine_of(group[0]).embed_query)
-        return sorted(hits, key=lambda h: -h.score)[:TOP_K]
+            embed = self.engine_of(group[0]).embed_query
+            hits += search(store, group, question, embed, top_k, mode)
+        best = sorted(hits, key=lambda h: -h.score)[:top_k]
+        return [replace(hit, number=n) for n, hit in enumerate(best, start=1)]
 
     def memory_to_reserve(self) -> int:
         """RAM the embedding models of the collections (and of the chats' attachments) take
