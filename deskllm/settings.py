@@ -161,6 +161,17 @@ class Settings:
                  "prompts is written by the remote model instead (measured once per local "
                  "model and chat sampling, before the first such reply)"),
     )  # fmt: skip
+    tool_steps: int = setting(
+        8,
+        SettingSpec("Tool steps per turn", "now", minimum=1, maximum=100, suffix=" replies",
+                    help="a chat with tools: the model's replies in one turn (each may call "
+                         "tools) before the turn is stopped"),
+    )  # fmt: skip
+    tool_timeout_s: int = setting(
+        30,
+        SettingSpec("Tool call timeout", "now", minimum=1, maximum=3600, suffix=" s",
+                    help="a tool that takes longer is abandoned and the model is told"),
+    )  # fmt: skip
     server_slots: int = setting(
         0,
         SettingSpec("Server slots", minimum=0, maximum=MAX_SERVER_SLOTS, suffix=" slots",

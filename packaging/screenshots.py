@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SHOTS = ("chat", "chat-progress", "chat-thinking", "models-recommended", "models-installed",
          "models-discover", "hardware", "usage", "server", "docs-indexing",
-         "docs-sources")  # fmt: skip
+         "docs-sources", "chat-tool-consent", "chat-tools")  # fmt: skip
 SIZE = (1280, 800)
 PROMPTS = (
     "What can I do on a rainy Sunday afternoon at home?",
@@ -215,6 +215,8 @@ class Shooter:
             self.server(window)
         if wanted & {"docs-indexing", "docs-sources"}:
             self.documents(window, work)
+        if wanted & {"chat-tool-consent", "chat-tools"}:
+            self.tools(window)
         if "chat-thinking" in wanted:  # last: it loads another model
             self.thinking(window, work)
 
@@ -253,6 +255,35 @@ class Shooter:
         self.wait(lambda: bool(finished), "the reply")
         self.settle()
         self.save("docs-sources", window)
+
+    def tools(self, window) -> None:
+        """A chat with `mcp-server-time` (PyPI): the call's card asking for consent, then
+        the result folded under it and the answer."""
+        from deskllm.tools.mcp_config import McpServer
+
+        server = McpServer("time", str(Path(sys.executable).parent / "mcp-server-time"),
+                           ("--local-timezone", "Europe/Paris"))  # fmt: skip
+        chat, bridge = window.chat, window.bridge
+        bridge.mcp_config.put(server)
+        window.new_conversation()
+        chat.tools_button.choose(["time"], "required")
+        window.store.update(chat.conversation_id, sampling={"temperature": 0,
+                                                            "max_tokens": 80})  # fmt: skip
+        asked: list[object] = []
+        finished: list[object] = []
+        bridge.consent_needed.connect(lambda _cid, call: asked.append(call))
+        bridge.finished.connect(lambda _cid, reply: finished.append(reply))
+        chat.input.setPlainText("What time is it in Tokyo?")
+        chat.send()
+        self.wait(lambda: bool(chat.pending_cards()), "the tool call's card")
+        self.settle()
+        if "chat-tool-consent" in self.only:
+            self.save("chat-tool-consent", window)
+        chat.pending_cards()[0].allow_once.click()
+        self.wait(lambda: bool(finished), "the reply after the tool")
+        self.settle()
+        if "chat-tools" in self.only:
+            self.save("chat-tools", window)
 
     def server(self, window) -> None:
         """Engine → Local API server…: serving the window's model, with three finished API

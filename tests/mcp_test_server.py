@@ -3,7 +3,10 @@ Streamable HTTP for the tool tests: `count` counts its calls (in a file, so a te
 that a denied call never ran), `hang` never answers, `flood` returns 10 MB, `crash` ends the
 server mid-call.
 
-    python tests/mcp_test_server.py PORT COUNT_FILE
+    python tests/mcp_test_server.py PORT COUNT_FILE [TOOL,TOOL...]
+
+The optional third argument offers only those tools (a model held to "any call" then has one
+to choose).
 """
 
 from __future__ import annotations
@@ -16,10 +19,15 @@ from pathlib import Path
 from mcp.server.mcpserver import MCPServer
 
 port, count_file = int(sys.argv[1]), Path(sys.argv[2])
+only = {name for name in (sys.argv[3] if len(sys.argv) > 3 else "").split(",") if name}
 server = MCPServer("deskllm-test")
 
 
-@server.tool()
+def offered(function):
+    return server.tool()(function) if not only or function.__name__ in only else function
+
+
+@offered
 def count(label: str) -> str:
     """Count a call and say how many there were."""
     n = int(count_file.read_text() or 0) + 1 if count_file.exists() else 1
@@ -27,20 +35,20 @@ def count(label: str) -> str:
     return f"{label}: call number {n}"
 
 
-@server.tool()
+@offered
 def hang(seconds: float = 3600) -> str:
     """Never answer (sleeps)."""
     time.sleep(seconds)
     return "woke up"
 
 
-@server.tool()
+@offered
 def flood(megabytes: int = 10) -> str:
     """Return a very long text."""
     return "x" * (megabytes << 20)
 
 
-@server.tool()
+@offered
 def crash() -> str:
     """End the server while the call runs."""
     sys.stderr.write("test server: crashing on purpose\n")

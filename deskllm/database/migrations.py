@@ -328,3 +328,13 @@ def m012_documents(db: Database) -> None:
         """,
     ):
         db.execute(statement)
+
+
+@migration
+def m013_tool_messages(db: Database) -> None:
+    # A chat with MCP tools: an assistant message's calls (JSON: id, name, server, arguments),
+    # a tool message's answer to one call (tool_call_id), and which servers a conversation may
+    # use and how (conversations.tools, JSON: servers, choice).
+    db["messages"].add_column("tool_calls", str, not_null_default="")
+    db["messages"].add_column("tool_call_id", str, not_null_default="")
+    db["conversations"].add_column("tools", str, not_null_default="")

@@ -166,6 +166,13 @@ def _marker_prefix_len(text: str) -> int:
     return best
 
 
+def openai_calls(calls: list[tuple[str, str, dict]]) -> str:
+    """An assistant turn's calls (id, name, arguments) as the chat template takes them:
+    OpenAI's list, as JSON."""
+    return json.dumps([{"id": i, "type": "function", "function": {
+        "name": name, "arguments": json.dumps(args)}} for i, name, args in calls])  # fmt: skip
+
+
 def call_schema(name: str, parameters: dict | None) -> dict:
     """One call as the Llama 3.x JSON style writes it, which the parser reads."""
     return {

@@ -49,6 +49,7 @@ from deskllm.gui.qt import (
 from deskllm.gui.remote_banner import RemoteBanner
 from deskllm.gui.remote_catalog import RemoteCatalog
 from deskllm.gui.throttle import Throttle
+from deskllm.gui.tools_button import ToolsButton
 from deskllm.store import Conversation, ConversationStore, Message, ModelLibrary
 
 REPAINT_INTERVAL_MS = 33  # ~30 repaints a second at most, whatever the token rate
@@ -102,6 +103,7 @@ class ChatPanel(QWidget):
         self._editing: Message | None = None
         self._follow = True  # keep the newest text in view until the user scrolls up
         self._throttle = Throttle(self._render_stream, REPAINT_INTERVAL_MS, self)
+        self._consents: dict[str, str] = {}  # tool calls waiting for the user: id → chat id
         self.remote = RemoteCatalog(store.db, self)
         bridge.routing_target = self.remote.routing_target
         self._build()
@@ -112,6 +114,8 @@ class ChatPanel(QWidget):
         bridge.notice.connect(self._on_notice)
         bridge.prompt_progress.connect(self._on_prompt_progress)
         bridge.finished.connect(self._on_finished)
+        bridge.consent_needed.connect(self._on_consent_needed)
+        bridge.tool_stored.connect(self._on_tool_stored)
 
     # Layout ----------------------------------------------------------------------------------
     def _build(self) -> None:
@@ -128,11 +132,13 @@ class ChatPanel(QWidget):
         self.model_button = ModelMenuButton(self.library, self.plan_settings, self, self.remote)
         self.model_button.chat_model_chosen.connect(self.use_chat_model)
         self.docs_button = DocumentsButton(self)  # which collections this chat searches
+        self.tools_button = ToolsButton(self.store, self)  # which MCP servers it may use
         header = QHBoxLayout()
         header.addWidget(self.title, 2)
         header.addWidget(self.details, 1)
         header.addWidget(self.model_button)
         header.addWidget(self.docs_button)
+        header.addWidget(self.tools_button)
         header.addWidget(self.settings_button)
 
         self.empty_label = QLabel(
@@ -232,6 +238,8 @@ class ChatPanel(QWidget):
         if self.docs_button.conversation_id != self.conversation_id:
             self.docs_button.set_conversation(self.conversation_id)
             self.attachments.set_conversation(self.conversation_id)
+        if self.tools_button.conversation_id != self.conversation_id:
+            self.tools_button.set_conversation(self.conversation_id)
         if not self.conversation_id:
             self.title.setText("")
             self.details.setText("")
@@ -476,13 +484,46 @@ class ChatPanel(QWidget):
         stream = self._stream
         if stream is None or stream.conversation_id != self.conversation_id or not self.widgets:
             return
+        last = self.widgets[-1].message
+        if last.status != "streaming" and last.id != stream.message_id:
+            return  # a stored step of a turn with tools (its cards): not the reply written
         if stream.thinking:
             self.widgets[-1].set_thinking("".join(stream.thinking).strip(),
                                           live=not stream.parts)  # fmt: skip
         if stream.parts or not stream.thinking:
             self.widgets[-1].set_text(stream.prefix + "".join(stream.parts))
 
+    def _on_tool_stored(self, conversation_id: str, _message: object) -> None:
+        """A step of a turn with tools was stored: the reply so far is now a stored message
+        (its calls' cards), or a call's result; the next reply starts afresh below them."""
+        stream = self._stream
+        if stream is not None and stream.conversation_id == conversation_id:
+            stream.parts, stream.thinking = [], []
+            self._throttle.cancel()
+        if conversation_id == self.conversation_id:
+            self._sync()
+
+    def _on_consent_needed(self, conversation_id: str, call: object) -> None:
+        """A tool call waits for the user: its card asks (now, or when its chat is shown)."""
+        self._consents[call.id] = conversation_id
+        if conversation_id == self.conversation_id:
+            self._sync()
+            self._follow = True
+            self._on_range_changed(0, self.scroll.verticalScrollBar().maximum())
+
+    def answer_tool_call(self, call_id: str, decision: str) -> None:
+        """The user's answer on a call's card: "once", "always" or "deny"."""
+        if self._consents.pop(call_id, None) is not None:
+            self.bridge.answer_consent(call_id, decision)
+
+    def pending_cards(self) -> list:
+        """The cards of calls waiting for the user in the chat shown."""
+        cards = [w.tool_calls.card(call_id) for call_id in self._consents for w in self.widgets]
+        return [c for c in cards if c is not None and c.pending]
+
     def _on_finished(self, conversation_id: str, event: object) -> None:
+        for call_id in [i for i, cid in self._consents.items() if cid == conversation_id]:
+            del self._consents[call_id]  # (a Stop while a call waited: the turn is over)
         if self._stream is not None and self._stream.conversation_id == conversation_id:
             self._stream = None
             self._throttle.cancel()
@@ -531,10 +572,18 @@ class ChatPanel(QWidget):
         for widget in self.widgets:
             ids = versions.get(widget.message.id, [widget.message.id])
             widget.set_versions(ids.index(widget.message.id) + 1, len(ids))
+        waiting = [i for i, cid in self._consents.items() if cid == self.conversation_id]
+        results = {m.tool_call_id: m.metrics for m in messages if m.role == "tool"}
+        for widget in self.widgets:
+            for card in widget.tool_calls.cards:
+                if card.call["id"] in waiting and not card.pending:
+                    card.set_pending(True)
+                card.set_result(results.get(card.call["id"]))
         stream = self._stream
         if stream is not None and stream.conversation_id == self.conversation_id:
             last = self.widgets[-1].message if self.widgets else None
-            if last is None or (last.status != "streaming" and last.id != stream.message_id):
+            fresh = last is None or (last.status != "streaming" and last.id != stream.message_id)
+            if fresh and not waiting:  # (a call waiting for the user: no reply is written)
                 self._add_widget(_provisional(self.conversation_id, "assistant"))
             self._render_stream()
         self._update_buttons()
@@ -559,6 +608,7 @@ class ChatPanel(QWidget):
         widget.continue_requested.connect(self.continue_reply)
         widget.regenerate_requested.connect(self.regenerate)
         widget.ask_requested.connect(self.ask_remote)
+        widget.tool_answered.connect(self.answer_tool_call)
         self.messages_layout.insertWidget(self.messages_layout.count() - 1, widget)
         self.widgets.append(widget)
         self.empty_label.hide()

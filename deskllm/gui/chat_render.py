@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from deskllm.store.conversations import Message
 
-ROLE_TITLES = {"user": "You", "assistant": "Assistant", "system": "System"}
+ROLE_TITLES = {"user": "You", "assistant": "Assistant", "system": "System", "tool": "Tool"}
 # CommonMark: a fence is 3+ backticks or tildes, indented by at most 3 spaces.
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})\s*([^`\s]*)[^`]*$")
 
@@ -98,6 +98,43 @@ def dropped_note(metrics: dict) -> str:
     words = "1 older message was" if dropped == 1 else f"{dropped} older messages were"
     size = f" of {metrics['n_ctx']} tokens" if metrics.get("n_ctx") else ""
     return f"{words} left out to fit the context{size}; the model did not see them."
+
+
+def tools_note(metrics: dict) -> str:
+    """MCP servers that could not start for this turn, and a turn stopped at the step limit
+    ("" when neither)."""
+    failures = metrics.get("tool_failures") or {}
+    notes = [f"The tool server {name} could not start ({why}); the reply was written without "
+             "its tools." for name, why in failures.items()]  # fmt: skip
+    if steps := metrics.get("tool_step_limit"):
+        notes.append(f"The model kept calling tools: the turn was stopped after {steps} "
+                     "replies (Settings: tool steps per turn).")  # fmt: skip
+    return "\n".join(notes)
+
+
+DECISIONS = {
+    "once": "allowed once",
+    "always": "always allowed from now on",
+    "allowed": "always allowed",
+    "deny": "denied",
+}
+
+
+def tool_result_title(metrics: dict) -> str:
+    """The line above a tool's result: the tool, its server, what the user decided, how long
+    it took and whether it failed or was cut."""
+    where = f" ({metrics['server']})" if metrics.get("server") else ""
+    parts = [f"{metrics.get('tool', 'tool')}{where}"]
+    if decision := DECISIONS.get(metrics.get("decision") or ""):
+        parts.append(decision)
+    if metrics.get("decision") != "deny":
+        if metrics.get("is_error"):
+            parts.append("failed")
+        if metrics.get("seconds") is not None:
+            parts.append(f"{metrics['seconds']:.2f} s")
+        if metrics.get("truncated"):
+            parts.append("output cut")
+    return "Result of " + " · ".join(parts)
 
 
 # Why a routed reply went remote, in words (the router's route_reason).

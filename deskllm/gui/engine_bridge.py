@@ -19,6 +19,14 @@ Signals (all emitted on the GUI thread):
     notice(str, str): conversation id, what the reply waits for (Auto's calibration).
     serving(object): the EmbeddedServer now answering the API, or None once it stopped.
     serve_failed(str): why the server could not start (the model stays as it was).
+    consent_needed(str, ToolCall): conversation id, a tool call waiting for the user's
+        answer (answer_consent gives it); nothing runs before it.
+    tool_stored(str, Message): conversation id, a step of a turn with tools was stored (a
+        reply with its calls, or a call's result).
+
+A conversation given MCP servers (its Tools menu) chats with their tools: each call is asked
+of the user first (unless always allowed), run on its server, its result stored and given
+back to the model, until the model answers (deskllm.tools.stored_turn).
 
 One engine process serves the window's chat (through a SlotClient: its Stop ends only the
 window's replies) and the API server's requests: they share its scheduler and slots. Starting
@@ -31,6 +39,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from deskllm.backends import AUTO, Resolver, routing
@@ -46,6 +55,10 @@ from deskllm.loader import ModelLoader
 from deskllm.remote.calibration import CALIBRATION_PROMPTS
 from deskllm.store import ConversationStore, ModelLibrary, open_database
 from deskllm.store.chat_session import ChatSession
+from deskllm.tools.mcp_config import McpConfig, McpConfigError
+from deskllm.tools.stored_turn import stored_tool_turn
+from deskllm.tools.tool_host import ToolHost
+from deskllm.tools.tool_loop import MAX_STEPS, ToolCall
 
 log = logging.getLogger("deskllm.gui")
 
@@ -63,6 +76,8 @@ class EngineBridge(QObject):
     notice = Signal(str, str)
     serving = Signal(object)
     serve_failed = Signal(str)
+    consent_needed = Signal(str, object)
+    tool_stored = Signal(str, object)
 
     def __init__(self, client: EngineClient, db_path: Path) -> None:
         super().__init__()
@@ -83,6 +98,14 @@ class EngineBridge(QObject):
         self._active: Reply | None = None  # the reply streaming now, to stop a remote one
         # The window's Documents: a conversation's collections are searched for each message.
         self.documents = None
+        # MCP tools: the servers configured (mcp.json), those running, the step limit and
+        # call timeout (the window sets them from its settings).
+        self.mcp_config: McpConfig | None = None
+        self.tool_host = ToolHost()
+        self.tool_limits: Callable[[], tuple[int, float]] = lambda: (MAX_STEPS, 30.0)
+        self._consent_lock = threading.Lock()
+        self._consents: dict[str, tuple[threading.Event, list[str]]] = {}
+        self._tool_cancel: threading.Event | None = None  # the turn with tools running now
 
     # GUI thread -------------------------------------------------------------------------------
     def load(self, params: LoadParams) -> None:
@@ -100,15 +123,28 @@ class EngineBridge(QObject):
     def send(self, conversation_id: str, text: str) -> None:
         target, share = self.routing_target(), self.escalate_share()
         start = lambda s: s.send(conversation_id, text)  # noqa: E731
-        self.tasks.run(lambda: self._stream(conversation_id, start, target, share=share))
+        self.tasks.run(lambda: self._turn(conversation_id, start, text, target, share=share))
 
     def regenerate(self, conversation_id: str, ask: str | None = None) -> None:
         """Write the last reply anew; `ask` (NAME/MODEL): on that remote model, through the
         router (route reason "asked")."""
         target, share = ask or self.routing_target(), self.escalate_share()
         start = lambda s: s.reply(conversation_id)  # noqa: E731
-        self.tasks.run(lambda: self._stream(conversation_id, start, target, ask is not None,
-                                            share))  # fmt: skip
+        self.tasks.run(lambda: self._turn(conversation_id, start, None, target, ask is not None,
+                                          share))  # fmt: skip
+
+    def answer_consent(self, call_id: str, decision: str) -> None:
+        """The user's answer to a tool call: "once", "always" or "deny"."""
+        with self._consent_lock:
+            waiting = self._consents.get(call_id)
+        if waiting is not None:
+            waiting[1][0] = decision
+            waiting[0].set()
+
+    def pending_consents(self) -> list[str]:
+        """The calls waiting for the user's answer (their ids)."""
+        with self._consent_lock:
+            return list(self._consents)
 
     def continue_reply(self, conversation_id: str) -> None:
         """Go on with the conversation's interrupted last reply, in the same message."""
@@ -133,6 +169,9 @@ class EngineBridge(QObject):
             self.tasks.run(lambda: documents.detach(conversation_id))
 
     def stop(self) -> None:
+        tool_turn = self._tool_cancel
+        if tool_turn is not None:
+            tool_turn.set()  # a call running or waiting for consent ends the turn at once
         self.client.cancel()
         with self._active_lock:
             active = self._active
@@ -156,6 +195,7 @@ class EngineBridge(QObject):
         if self.server is not None:
             self.tasks.run(self._stop_server_only)
         self.tasks.shutdown(wait=True)
+        self.tool_host.close()
         self.engine.close()
 
     # Task thread ------------------------------------------------------------------------------
@@ -343,14 +383,7 @@ class EngineBridge(QObject):
             with self._active_lock:
                 self._active = reply
             for event in reply.events():
-                if isinstance(event, TextDelta) and event.reasoning:
-                    self.tasks.post(self.thinking.emit, conversation_id, event.text)
-                elif isinstance(event, TextDelta):
-                    self.tasks.post(self.delta.emit, conversation_id, event.text)
-                elif isinstance(event, Metrics):
-                    self.tasks.post(self.metrics.emit, event)
-                elif isinstance(event, PromptProgress):
-                    self.tasks.post(self.prompt_progress.emit, conversation_id, event)
+                self._post_event(conversation_id, event)
         except EngineError as exc:  # a remote endpoint that is gone: said as it is
             reply = reply or Reply(iter(()))
             reply.error = exc
@@ -364,3 +397,95 @@ class EngineBridge(QObject):
             if close is not None:
                 close()
         self.tasks.post(self.finished.emit, conversation_id, reply)
+
+    def _post_event(self, conversation_id: str, event) -> None:
+        """A reply's event, to the window: its text, thinking, figures or prompt progress."""
+        if isinstance(event, TextDelta) and event.reasoning:
+            self.tasks.post(self.thinking.emit, conversation_id, event.text)
+        elif isinstance(event, TextDelta):
+            self.tasks.post(self.delta.emit, conversation_id, event.text)
+        elif isinstance(event, Metrics):
+            self.tasks.post(self.metrics.emit, event)
+        elif isinstance(event, PromptProgress):
+            self.tasks.post(self.prompt_progress.emit, conversation_id, event)
+
+    def _turn(self, conversation_id: str, start, text: str | None, target: str | None = None,
+              asked: bool = False, share: float | None = None) -> None:  # fmt: skip
+        """A turn with tools where the conversation has MCP servers and a local model answers;
+        otherwise a plain reply."""
+        conversation = self._parts()[1].store.get(conversation_id)
+        if (conversation.tool_servers and self.mcp_config is not None and not asked
+                and conversation.model != AUTO and not is_remote(conversation.model)):  # fmt: skip
+            self._tool_stream(conversation_id, text, conversation.tool_servers)
+        else:
+            self._stream(conversation_id, start, target, asked, share)
+
+    def _tool_stream(self, conversation_id: str, text: str | None, names: list[str]) -> None:
+        session = self._parts()[1]
+        store = session.store
+        if text is not None:
+            store.add_message(conversation_id, "user", text)
+        servers, failures = [], {}
+        for name in names:
+            try:
+                server = self.mcp_config.get(name)
+            except McpConfigError as exc:
+                failures[name] = str(exc)
+                continue
+            if server.enabled:
+                servers.append(server)
+            else:
+                failures[name] = "it is turned off in Settings → Tools"
+        steps, timeout = self.tool_limits()
+        self.tool_host.call_timeout_s = timeout
+        cancel = threading.Event()
+        self._tool_cancel = cancel
+        reply: Reply | None = None
+        try:
+            box, failed = self.tool_host.toolbox(servers)
+            failures.update(failed)
+            by_server = {s.name: set(s.always_allow) for s in servers}
+            allowed = {t.name for t in box.tools() if t.remote_name in by_server.get(t.server, ())}
+
+            turn = stored_tool_turn(
+                session, conversation_id, box,
+                lambda call: self._consent(conversation_id, call, cancel),
+                allowed=allowed, max_steps=steps, cancel=cancel,
+                on_event=lambda event: self._post_event(conversation_id, event),
+                on_stored=lambda m: self.tasks.post(self.tool_stored.emit, conversation_id, m),
+                failures=failures,
+            )  # fmt: skip
+            reply = turn.last_reply
+        except Exception as exc:  # keep the GUI alive whatever the core raised
+            log.exception("chat with tools failed")
+            reply = Reply(iter(()))
+            reply.error = EngineError(f"{type(exc).__name__}: {exc}")
+        finally:
+            self._tool_cancel = None
+        if reply is None:  # no model reply at all (stopped before the first)
+            reply = Reply(iter(()))
+            reply.error = EngineError("stopped before the model replied")
+        self.tasks.post(self.finished.emit, conversation_id, reply)
+
+    def _consent(self, conversation_id: str, call: ToolCall, cancel: threading.Event) -> str:
+        """Ask the window, and wait for the answer (a Stop answers "deny" and ends the turn).
+        "Always" is kept in mcp.json for that server's tool."""
+        waiting = (threading.Event(), ["deny"])
+        with self._consent_lock:
+            self._consents[call.id] = waiting
+        self.tasks.post(self.consent_needed.emit, conversation_id, call)
+        try:
+            while not waiting[0].wait(0.1) and not cancel.is_set():
+                pass
+        finally:
+            with self._consent_lock:
+                self._consents.pop(call.id, None)
+        decision = waiting[1][0] if not cancel.is_set() else "deny"
+        if decision == "always" and call.tool is not None and self.mcp_config is not None:
+            tool = call.tool
+            try:
+                self.mcp_config.update(tool.server, lambda s: replace(s, always_allow=tuple(
+                    sorted({*s.always_allow, tool.remote_name}))))  # fmt: skip
+            except (McpConfigError, OSError):
+                log.exception("could not keep the always-allowed tool")
+        return decision

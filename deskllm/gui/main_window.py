@@ -49,12 +49,16 @@ from deskllm.gui.shortcuts_dialog import show_shortcuts
 from deskllm.gui.sidebar import ConversationSidebar
 from deskllm.gui.startup_timing import FirstExpose
 from deskllm.gui.theme import apply_theme
+from deskllm.gui.tools_dialog import ToolServersDialog
 from deskllm.gui.usage_dialog import UsageDialog
 from deskllm.loader import params_from_settings
 from deskllm.loader.params import cost_rates_from_settings
 from deskllm.planner.machine import remember_hardware
+from deskllm.remote.keys import LazyKeyStore
 from deskllm.settings import Settings
 from deskllm.store import Conversation, ConversationStore, ModelLibrary
+from deskllm.tools.advice import small_model_note
+from deskllm.tools.mcp_config import McpConfig
 
 MODELS_HINT = (
     "You are chatting with the small starter model, so that deskllm works offline from the "
@@ -120,6 +124,18 @@ class MainWindow(QMainWindow):
                                      lambda: self.tabs.setCurrentWidget(self.documents_panel))
         self.documents_panel.collections_changed.connect(self.chat.docs_button.refresh)
         self.chat.attachments.set_documents(self.documents)
+        # MCP tools: the servers of mcp.json (values of env and headers in the keyring), the
+        # step limit and call timeout from the settings.
+        self.bridge.mcp_config = McpConfig(secrets=LazyKeyStore())
+        self.bridge.tool_limits = lambda: (self.settings.tool_steps,
+                                           float(self.settings.tool_timeout_s))  # fmt: skip
+        self.tool_servers_dialog: ToolServersDialog | None = None
+        tools = self.chat.tools_button
+        tools.config = self.bridge.mcp_config
+        tools.open_settings = self.open_tool_servers
+        tools.model_note = lambda: (small_model_note(self.chat.model_button.current)
+                                    if self.chat.model_button.current else None)  # fmt: skip
+        tools.set_conversation(self.chat.conversation_id)
         self.documents_panel.embedding_models = lambda: [
             (m.name, Path(m.path)) for m in self.library.list()
             if m.architecture in EMBEDDING_ARCHITECTURES and m.exists
@@ -181,6 +197,7 @@ class MainWindow(QMainWindow):
                      QKeySequence.StandardKey.Open)  # fmt: skip
         chat.addSeparator()
         self._action(chat, "Se&ttings…", self.open_settings, QKeySequence("Ctrl+,"))
+        self._action(chat, "T&ool servers…", self.open_tool_servers)
         chat.addSeparator()
         self._action(chat, "&Quit", self.close, QKeySequence.StandardKey.Quit)
         engine = self.menuBar().addMenu("&Engine")
@@ -509,6 +526,14 @@ class MainWindow(QMainWindow):
         self.settings_dialog = SettingsDialog(self.settings, self)
         self.settings_dialog.saved.connect(self.apply_settings)
         self.settings_dialog.open()
+
+    def open_tool_servers(self) -> None:
+        """Settings → Tools: the MCP servers chats may use."""
+        if self.tool_servers_dialog is None:
+            self.tool_servers_dialog = ToolServersDialog(self.bridge.mcp_config,
+                                                         self.bridge.tool_host, self)  # fmt: skip
+        self.tool_servers_dialog.refresh()
+        self.tool_servers_dialog.open()
 
     def open_usage(self) -> None:
         """Tokens and cost per day (a window of its own, refreshed when settings change)."""

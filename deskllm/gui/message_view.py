@@ -8,6 +8,7 @@ Signals:
     continue_requested(): continue this interrupted reply.
     regenerate_requested(): regenerate this reply.
     ask_requested(str): write this reply anew on that remote model (NAME/MODEL).
+    tool_answered(str, str): a tool call's id and the user's decision (once/always/deny).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from deskllm.gui.chat_render import (
     route_note,
     split_blocks,
     status_note,
+    tools_note,
 )
 from deskllm.gui.code_block import CodeBlockView
 from deskllm.gui.qt import (
@@ -53,6 +55,7 @@ from deskllm.gui.qt import (
 )
 from deskllm.gui.sources_view import SourcesView
 from deskllm.gui.thinking_view import ThinkingView
+from deskllm.gui.tool_calls_view import ToolCallsView, ToolResultView
 from deskllm.store.conversations import Message
 
 LinkOpener = Callable[[QUrl], bool]  # QDesktopServices.openUrl, or a test's recorder
@@ -211,6 +214,7 @@ class MessageWidget(QFrame):
     continue_requested = Signal()
     regenerate_requested = Signal()
     ask_requested = Signal(str)
+    tool_answered = Signal(str, str)
 
     def __init__(
         self,
@@ -288,11 +292,17 @@ class MessageWidget(QFrame):
         # A long prompt being read: tokens read of all, and the time left, until the text.
         self.progress = QProgressBar(self, maximum=1000, textVisible=True)
         self.progress.hide()
+        # A reply's tool calls (cards asking consent while they wait), a tool's result.
+        self.tool_calls = ToolCallsView(self)
+        self.tool_calls.answered.connect(self.tool_answered)
+        self.tool_result = ToolResultView(self)
 
         layout = QVBoxLayout(self)
         layout.addLayout(header)
         layout.addWidget(self.thinking)
         layout.addLayout(self.body)
+        layout.addWidget(self.tool_result)
+        layout.addWidget(self.tool_calls)
         layout.addWidget(self.progress)
         layout.addWidget(self.sources)
         layout.addLayout(notes)
@@ -305,11 +315,18 @@ class MessageWidget(QFrame):
         streaming = message.status == "streaming"
         if not streaming:
             self.progress.hide()
-        self.set_text(message.content if message.content or not streaming else "")
+        if message.role == "tool":
+            self.tool_result.set_result(message.content, message.metrics)
+        elif message.tool_calls and not message.content:
+            self.set_text("")  # a reply that only calls tools: its cards say it
+            self._drop_views(0)
+        else:
+            self.set_text(message.content if message.content or not streaming else "")
+        self.tool_calls.set_calls(message.tool_calls)
         self.set_thinking(message.reasoning, message.metrics.get("reasoning_tokens"),
                           message.metrics.get("reasoning_s"), live=streaming)
         notes = [route_note(message.metrics, message.model), status_note(message),
-                 dropped_note(message.metrics)]  # fmt: skip
+                 dropped_note(message.metrics), tools_note(message.metrics)]  # fmt: skip
         self.note.setText("\n".join(n for n in notes if n))
         self.note.setVisible(bool(self.note.text()))
         line = "" if streaming else metrics_line(message.metrics)
@@ -413,10 +430,13 @@ class MessageWidget(QFrame):
     def plain_text(self) -> str:
         """What the widget shows, as text (titles, body, notes)."""
         parts = [self.title.text()] + [v.block.text for v in self._views if v.block]
+        if self.message.role == "tool":
+            parts.append(self.tool_result.toggle.text())
+        parts += [f"Tool call: {c.call['name']}" for c in self.tool_calls.cards]
         return "\n".join(parts + [self.note.text(), self.figures.text()]).strip()
 
     def code_blocks(self) -> list[CodeBlockView]:
         return [v for v in self._views if isinstance(v, CodeBlockView)]
 
     def copy(self) -> None:
-        QApplication.clipboard().setText(self._text or "")
+        QApplication.clipboard().setText(self._text or self.message.content or "")

@@ -131,3 +131,16 @@ class KeyStore:
         if endpoint in keys:
             del keys[endpoint]
             self._write_file(keys)
+
+
+class LazyKeyStore:
+    """A KeyStore made when a key is first used: the window holds one from the start, and
+    choosing the keyring's backend (about half a second) would slow every start."""
+
+    def __init__(self) -> None:
+        self._store: KeyStore | None = None
+
+    def __getattr__(self, name: str):
+        if self._store is None:
+            self._store = KeyStore()
+        return getattr(self._store, name)

@@ -15,15 +15,25 @@ from deskllm.engine.backend import ChatBackend
 from deskllm.engine.domain import ChatMessage, Event, Sampling, TextDelta
 from deskllm.engine.errors import ErrorKind
 from deskllm.engine.reply import Reply
+from deskllm.engine.tool_calls import openai_calls
 from deskllm.store.conversations import ConversationStore, Message, ReplyWriter
 
 
 def history_messages(system_prompt: str, messages: list[Message]) -> list[ChatMessage]:
-    """What the model sees: the system prompt, then the finished turns (errors left out)."""
+    """What the model sees: the system prompt, then the finished turns (errors left out),
+    tool calls with their results (a call whose result was discarded, by a Stop, is left out:
+    templates want an answer to every call)."""
     out = [ChatMessage("system", system_prompt)] if system_prompt else []
+    answered = {m.tool_call_id for m in messages if m.role == "tool"}
     for m in messages:
-        if m.role in ("user", "assistant") and m.status != "error" and m.content:
-            out.append(ChatMessage(m.role, m.content))
+        if m.role == "tool":
+            out.append(ChatMessage("tool", m.content, tool_call_id=m.tool_call_id,
+                                   name=m.metrics.get("tool")))  # fmt: skip
+            continue
+        calls = [c for c in m.tool_calls if c.get("id") in answered]
+        if m.role in ("user", "assistant") and m.status != "error" and (m.content or calls):
+            said = openai_calls([(c["id"], c["name"], c.get("arguments", {})) for c in calls])
+            out.append(ChatMessage(m.role, m.content, said if calls else None))
     return out
 
 

@@ -30,13 +30,19 @@ class Conversation:
     sampling: dict[str, Any]
     created_at: float
     updated_at: float
+    # The MCP tools it may use: {"servers": [names], "choice": "auto" | "required"}; {}: none.
+    tools: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tool_servers(self) -> list[str]:
+        return list(self.tools.get("servers", []))
 
 
 @dataclass(frozen=True)
 class Message:
     id: int
     conversation_id: str
-    role: str  # system | user | assistant
+    role: str  # system | user | assistant | tool
     content: str
     status: str  # one of STATUSES
     model: str | None = None
@@ -45,6 +51,10 @@ class Message:
     created_at: float = 0.0
     parent_id: int | None = None  # the message it follows (None: the first)
     reasoning: str = ""  # a reasoning model's thinking, apart from the answer (content)
+    # An assistant message's tool calls: [{"id", "name", "server", "arguments"}]; a tool
+    # message's call (its id) — the figures of its run are in metrics.
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    tool_call_id: str = ""
 
 
 def _conversation(row: dict) -> Conversation:
@@ -56,6 +66,7 @@ def _conversation(row: dict) -> Conversation:
         sampling=json.loads(row["sampling"] or "{}"),
         created_at=row["created_at"],
         updated_at=row["updated_at"],
+        tools=json.loads(row.get("tools") or "{}"),
     )
 
 
@@ -72,6 +83,8 @@ def _message(row: dict) -> Message:
         created_at=row["created_at"],
         parent_id=row.get("parent_id"),
         reasoning=row.get("reasoning") or "",
+        tool_calls=json.loads(row.get("tool_calls") or "[]"),
+        tool_call_id=row.get("tool_call_id") or "",
     )
 
 
@@ -135,16 +148,17 @@ class ConversationStore:
         return [_conversation(r) for r in rows]
 
     def update(self, conversation_id: str, **changes: Any) -> Conversation:
-        """Change title, system_prompt, model or sampling. A new title alone is housekeeping,
-        not activity: the conversation keeps its place in the list (`updated_at`)."""
-        allowed = {"title", "system_prompt", "model", "sampling"}
+        """Change title, system_prompt, model, sampling or tools. A new title or tools alone is
+        housekeeping, not activity: the conversation keeps its place in the list."""
+        allowed = {"title", "system_prompt", "model", "sampling", "tools"}
         if unknown := set(changes) - allowed:
             raise ValueError(f"cannot update {sorted(unknown)}")
         if not changes:
             return self.get(conversation_id)
-        if "sampling" in changes:
-            changes["sampling"] = json.dumps(changes["sampling"])
-        if set(changes) != {"title"}:
+        for key in ("sampling", "tools"):
+            if key in changes:
+                changes[key] = json.dumps(changes[key])
+        if not set(changes) <= {"title", "tools"}:
             changes["updated_at"] = time.time()
         self.db["conversations"].update(conversation_id, changes)
         return self.get(conversation_id)
@@ -268,6 +282,8 @@ class ConversationStore:
         model: str | None = None,
         sampling: dict[str, Any] | None = None,
         metrics: dict[str, Any] | None = None,
+        tool_calls: list[dict[str, Any]] | None = None,
+        tool_call_id: str = "",
     ) -> Message:
         """Insert and commit a message; the conversation becomes the most recent."""
         if status not in STATUSES:
@@ -283,6 +299,8 @@ class ConversationStore:
             "metrics": json.dumps(metrics or {}),
             "created_at": now,
             "updated_at": now,
+            "tool_calls": json.dumps(tool_calls) if tool_calls else "",
+            "tool_call_id": tool_call_id,
         }
         with self.db.atomic():
             # It follows the branch shown (its last message), and ends it.
@@ -315,6 +333,7 @@ class ConversationStore:
         status: str,
         metrics: dict[str, Any] | None = None,
         reasoning: str | None = None,
+        tool_calls: list[dict[str, Any]] | None = None,
     ) -> None:
         if status not in STATUSES:
             raise ValueError(f"unknown status {status!r}")
@@ -326,6 +345,8 @@ class ConversationStore:
         }
         if reasoning is not None:
             row["reasoning"] = reasoning
+        if tool_calls:
+            row["tool_calls"] = json.dumps(tool_calls)
         self.db["messages"].update(message_id, row)
 
     def mark_streaming_interrupted(self) -> int:
@@ -387,6 +408,10 @@ class ReplyWriter:
         self._parts.append(delta)
         self._maybe_flush()
 
+    def set_text(self, text: str) -> None:
+        """The reply's whole text (a tool-calling reply's, its calls cut out)."""
+        self._parts = [text]
+
     def append_reasoning(self, delta: str) -> None:
         self._thinking.append(delta)
         self._maybe_flush()
@@ -405,6 +430,7 @@ class ReplyWriter:
             self._flushed = (len(text), len(reasoning))
         self._last_flush = time.monotonic()
 
-    def finish(self, status: str, metrics: dict[str, Any] | None = None) -> None:
+    def finish(self, status: str, metrics: dict[str, Any] | None = None,
+               tool_calls: list[dict[str, Any]] | None = None) -> None:  # fmt: skip
         self.store.finish_message(self.message_id, self.text, status, metrics,
-                                  self.reasoning.strip() or None)  # fmt: skip
+                                  self.reasoning.strip() or None, tool_calls)  # fmt: skip

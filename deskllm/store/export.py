@@ -20,8 +20,8 @@ from deskllm.store.conversations import STATUSES, Conversation, ConversationStor
 FORMAT = "deskllm.conversation"
 VERSION = 1
 MAX_IMPORT_BYTES = 64 * 2**20  # far above any chat; a larger file is not an export of ours
-ROLES = ("system", "user", "assistant")
-_TITLES = {"system": "System", "user": "You", "assistant": "Assistant"}
+ROLES = ("system", "user", "assistant", "tool")
+_TITLES = {"system": "System", "user": "You", "assistant": "Assistant", "tool": "Tool"}
 
 
 class ExportError(ValueError):
@@ -50,6 +50,8 @@ def conversation_dict(store: ConversationStore, conversation_id: str) -> dict[st
                 "role": m.role,
                 "content": m.content,
                 **({"reasoning": m.reasoning} if m.reasoning else {}),
+                **({"tool_calls": m.tool_calls} if m.tool_calls else {}),
+                **({"tool_call_id": m.tool_call_id} if m.tool_call_id else {}),
                 "status": m.status,
                 "model": m.model,
                 "sampling": m.sampling,
@@ -75,7 +77,16 @@ def conversation_markdown(store: ConversationStore, conversation_id: str) -> str
         if message.reasoning:  # folded where Markdown renders HTML (GitHub), plain elsewhere
             lines += ["<details><summary>Thinking</summary>", "", message.reasoning, "",
                       "</details>", ""]  # fmt: skip
-        lines.append(message.content)
+        if message.role == "tool":
+            lines += [f"*{_result_line(message.metrics)}*", "", "```text", message.content,
+                      "```"]  # fmt: skip
+        else:
+            lines.append(message.content)
+        for call in message.tool_calls:
+            where = f" on {call['server']}" if call.get("server") else ""
+            lines += ["", f"Tool call: `{call['name']}`{where}", "", "```json",
+                      json.dumps(call.get("arguments", {}), indent=2, ensure_ascii=False),
+                      "```"]  # fmt: skip
         if sources := message.metrics.get("sources"):
             lines += ["", "Sources:", ""]
             lines += [f"{s['number']}. {_source_where(s)}" for s in sources]
@@ -84,6 +95,18 @@ def conversation_markdown(store: ConversationStore, conversation_id: str) -> str
         if figures := figures_line(message):
             lines += ["", f"*{figures}*"]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _result_line(metrics: dict) -> str:
+    parts = [f"Result of {metrics.get('tool', 'a tool')}"]
+    if metrics.get("decision"):
+        parts.append({"deny": "denied by the user", "allowed": "always allowed"}.get(
+            metrics["decision"], f"allowed {metrics['decision']}"))  # fmt: skip
+    if metrics.get("is_error") and metrics.get("decision") != "deny":
+        parts.append("failed")
+    if metrics.get("truncated"):
+        parts.append("output cut")
+    return ", ".join(parts)
 
 
 def _source_where(source: dict) -> str:
@@ -207,6 +230,8 @@ def _checked(data: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
                 "role": role,
                 "content": _field(item, "content", str, where),
                 "reasoning": _field(item, "reasoning", str, where, ""),
+                "tool_calls": json.dumps(_tool_calls(item, where)),
+                "tool_call_id": _field(item, "tool_call_id", str, where, ""),
                 # Nothing is writing it any more: a reply cut off mid-stream is interrupted.
                 "status": "interrupted" if status == "streaming" else status,
                 "model": _field(item, "model", (str, type(None)), where, None),
@@ -219,6 +244,16 @@ def _checked(data: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
 
 _MISSING = object()
+
+
+def _tool_calls(item: dict, where: str) -> list[dict]:
+    calls = _field(item, "tool_calls", list, where, [])
+    for call in calls:
+        if not (isinstance(call, dict) and isinstance(call.get("id"), str)
+                and isinstance(call.get("name"), str)
+                and isinstance(call.get("arguments", {}), dict)):  # fmt: skip
+            raise _Invalid(f"a tool call of {where} needs an id, a name and object arguments")
+    return calls
 
 
 def _field(obj: dict, key: str, kind, where: str, default: Any = _MISSING) -> Any:

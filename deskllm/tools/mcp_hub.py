@@ -183,16 +183,12 @@ class McpHub:
 
     def tools(self) -> list[McpTool]:
         """The running servers' tools; a name two servers share is prefixed with the server's."""
-        found = [(r.server.name, t) for r in self._running.values() if not r.failure
-                 for t in r.tools]  # fmt: skip
-        counts: dict[str, int] = {}
-        for _server, tool in found:
-            counts[tool.name] = counts.get(tool.name, 0) + 1
-        return [
-            McpTool(server, f"{server}__{t.name}" if counts[t.name] > 1 else t.name, t.name,
-                    t.description or "", dict(t.input_schema or {"type": "object"}))
-            for server, t in found
-        ]  # fmt: skip
+        return named_tools(self.listed())
+
+    def listed(self) -> list[tuple[str, Any]]:
+        """(server, the SDK's tool) for every tool of the running servers."""
+        return [(r.server.name, t) for r in self._running.values() if not r.failure
+                for t in r.tools]  # fmt: skip
 
     def call(self, tool: McpTool, arguments: dict[str, Any],
              cancel: threading.Event | None = None) -> ToolOutcome:  # fmt: skip
@@ -261,6 +257,19 @@ class McpHub:
 
     def __exit__(self, *_exc) -> None:
         self.close()
+
+
+def named_tools(found: list[tuple[str, Any]]) -> list[McpTool]:
+    """The tools as the model sees them: a name two servers share is prefixed with the
+    server's (`time__now`), so every call names one tool."""
+    counts: dict[str, int] = {}
+    for _server, tool in found:
+        counts[tool.name] = counts.get(tool.name, 0) + 1
+    return [
+        McpTool(server, f"{server}__{t.name}" if counts[t.name] > 1 else t.name, t.name,
+                t.description or "", dict(t.input_schema or {"type": "object"}))
+        for server, t in found
+    ]  # fmt: skip
 
 
 def _retrieved(task: asyncio.Future) -> None:

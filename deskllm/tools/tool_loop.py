@@ -13,12 +13,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from deskllm.engine.domain import ChatMessage, Sampling, TextDelta
-from deskllm.engine.tool_calls import ToolCallStream, call_schema
+from deskllm.engine.domain import ChatMessage, Event, Sampling, TextDelta
+from deskllm.engine.reply import Reply
+from deskllm.engine.tool_calls import ToolCallStream, call_schema, openai_calls
 from deskllm.tools.mcp_hub import McpHub, McpTool, ToolOutcome
 
 MAX_STEPS = 8  # model replies in one turn; a loop of calls ends here
-Decision = Literal["once", "always", "deny"]
+Decision = Literal["once", "always", "deny", "allowed"]  # allowed: without asking
 ToolChoice = Literal["auto", "required", "none"]
 
 
@@ -41,6 +42,7 @@ class ToolTurn:
     error: str | None = None
     stopped: bool = False
     step_limit_reached: bool = False
+    last_reply: Reply | None = None  # the model's last reply (its figures, its outcome)
 
 
 def run_tool_turn(
@@ -58,9 +60,14 @@ def run_tool_turn(
     on_call: Callable[[ToolCall, Decision], None] | None = None,
     on_result: Callable[[ToolCall, ToolOutcome], None] | None = None,
     cancel: threading.Event | None = None,
+    on_event: Callable[[Event], None] | None = None,
+    on_reply: Callable[[Reply, str, list[ToolCall]], None] | None = None,
 ) -> ToolTurn:
     """One turn of `messages` on `backend` (an EngineClient: chat with tools_json) with the
-    hub's tools. `allowed`: tool names run without asking (grows with "always")."""
+    hub's tools (`hub`: anything with McpHub's tools() and call()). `allowed`: tool names run
+    without asking (grows with "always"). `on_event`: every event of each model reply as it
+    comes, a call's text held back; `on_reply(reply, content, calls)`: a model reply ended
+    (finished, stopped or failed), with its text outside the calls, before any call runs."""
     tools = hub.tools() if tool_choice != "none" else []
     by_name = {t.name: t for t in tools}
     tools_json = json.dumps([t.openai() for t in tools]) if tools else None
@@ -71,33 +78,48 @@ def run_tool_turn(
         schema = _any_call_schema(tools) if forced else sampling.json_schema
         reply = backend.chat(conversation_id, history, dataclasses.replace(
             sampling, json_schema=schema), tools_json=tools_json)  # fmt: skip
+        turn.last_reply = reply
         calls_stream = ToolCallStream(set(by_name), forced) if tools else None
+        shown: list[str] = []  # the reply's text outside its calls
         for event in reply.events():
             if cancel is not None and cancel.is_set():
                 reply.cancel()
             if isinstance(event, TextDelta) and not event.reasoning:
                 text = calls_stream.feed(event.text) if calls_stream else event.text
-                if text and on_text is not None:
+                if not text:
+                    continue
+                shown.append(text)
+                if on_text is not None:
                     on_text(text)
-        if reply.error is not None:
-            turn.error = str(reply.error)
-            return turn
-        if reply.finish_reason == "cancelled":
-            turn.stopped = True
-            return turn
+                event = dataclasses.replace(event, text=text)
+            if on_event is not None:
+                on_event(event)
         parsed = calls_stream.finish() if calls_stream else None
-        if parsed is not None and parsed.content and on_text is not None:
-            on_text(parsed.content)
+        if reply.error is not None or reply.finish_reason == "cancelled":
+            if on_reply is not None:
+                on_reply(reply, "".join(shown), [])
+            turn.error = str(reply.error) if reply.error is not None else None
+            turn.stopped = reply.error is None
+            return turn
+        if parsed is not None and parsed.content:
+            shown.append(parsed.content)
+            if on_text is not None:
+                on_text(parsed.content)
+            if on_event is not None:
+                on_event(TextDelta(reply.done.request_id, parsed.content))
         if parsed is None or not parsed.calls:
             turn.answer = reply.text  # (what streamed, and what the call parser held back)
             turn.messages.append(ChatMessage("assistant", turn.answer))
+            if on_reply is not None:
+                on_reply(reply, turn.answer, [])
             return turn
         calls = [ToolCall(f"call_{uuid.uuid4().hex[:12]}", c.name, c.arguments_object(),
                           by_name.get(c.name)) for c in parsed.calls]  # fmt: skip
-        said = ChatMessage("assistant", parsed.content or "", json.dumps([
-            {"id": c.id, "type": "function",
-             "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
-            for c in calls]))  # fmt: skip
+        content = "".join(shown).strip()
+        if on_reply is not None:
+            on_reply(reply, content, calls)
+        said = ChatMessage("assistant", content,
+                           openai_calls([(c.id, c.name, c.arguments) for c in calls]))
         history.append(said)
         turn.messages.append(said)
         for call in calls:
@@ -120,7 +142,7 @@ def _run(call: ToolCall, hub: McpHub, consent: Callable[[ToolCall], Decision],
     if call.tool is None:
         known = ", ".join(t.name for t in hub.tools()) or "none"
         return ToolOutcome(f"There is no tool named {call.name!r} (the tools: {known}).", True)
-    decision: Decision = "once" if call.name in allowed else consent(call)
+    decision: Decision = "allowed" if call.name in allowed else consent(call)
     if on_call is not None:
         on_call(call, decision)
     if decision == "deny":

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "packaging" / "screenshots.py"
 SHOTS = ("chat", "chat-progress", "chat-thinking", "models-recommended", "models-installed",
          "models-discover", "hardware", "usage", "server", "docs-indexing",
-         "docs-sources")  # fmt: skip
+         "docs-sources", "chat-tool-consent", "chat-tools")  # fmt: skip
 SIZE = (1280, 800)
 MAX_BYTES = 400 * 1024  # small enough to commit
 

@@ -15,9 +15,8 @@ import time
 import uuid
 from pathlib import Path
 
-import httpx2
 import pytest
-from server_helpers import free_port
+from mcp_helpers import BIN, TIME, start_test_server
 
 from deskllm.engine.client import EngineClient
 from deskllm.engine.domain import ChatMessage, Sampling
@@ -25,10 +24,7 @@ from deskllm.tools.mcp_config import McpConfig, McpServer
 from deskllm.tools.mcp_hub import McpHub
 from deskllm.tools.tool_loop import run_tool_turn
 
-BIN = Path(sys.executable).parent
-TIME = McpServer("time", str(BIN / "mcp-server-time"), ("--local-timezone", "UTC"))
 GREEDY = Sampling(temperature=0, max_tokens=80)
-TEST_SERVER = Path(__file__).parents[1] / "mcp_test_server.py"
 
 
 @pytest.fixture(scope="module")
@@ -52,22 +48,6 @@ def http_server(tmp_path_factory):
     finally:
         process.kill()
         process.wait()
-
-
-def start_test_server(counter: Path) -> tuple[subprocess.Popen, str]:
-    """tests/mcp_test_server.py on a free port, once it answers; its process and URL."""
-    port = free_port()
-    process = subprocess.Popen([sys.executable, str(TEST_SERVER), str(port), str(counter)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/mcp"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            httpx2.get(url, timeout=2)
-            break
-        except httpx2.TransportError:
-            time.sleep(0.2)
-    return process, url
 
 
 def ask(question: str) -> list[ChatMessage]:

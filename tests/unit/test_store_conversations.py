@@ -1,5 +1,6 @@
 """ConversationStore and ReplyWriter against a real SQLite file."""
 
+import json
 import time
 from pathlib import Path
 
@@ -561,3 +562,39 @@ def test_deleting_a_message_takes_what_follows_and_shows_another_version(store):
     store.delete_message(a2.id)  # the last version: the branch ends before it
     assert contents(store, conv.id) == ["q"]
     assert store.add_message(conv.id, "assistant", "again").parent_id == q.id
+
+
+def test_tool_calls_and_results_are_stored_and_go_back_to_the_model(store):
+    from deskllm.store.chat_session import history_messages
+
+    c = store.create(system_prompt="Be brief.")
+    store.update(c.id, tools={"servers": ["time"], "choice": "auto"})
+    assert store.get(c.id).tool_servers == ["time"]
+    store.add_message(c.id, "user", "Time in Tokyo?")
+    calls = [{"id": "call_1", "name": "get_current_time", "server": "time",
+              "arguments": {"timezone": "Asia/Tokyo"}},
+             {"id": "call_2", "name": "get_current_time", "server": "time",
+              "arguments": {"timezone": "UTC"}}]  # fmt: skip
+    store.add_message(c.id, "assistant", "", tool_calls=calls)
+    store.add_message(c.id, "tool", '{"datetime": "12:00"}', tool_call_id="call_1",
+                      metrics={"tool": "get_current_time", "decision": "once"})  # fmt: skip
+    store.add_message(c.id, "assistant", "It is noon.")
+    stored = store.messages(c.id)
+    assert stored[1].tool_calls == calls and stored[2].tool_call_id == "call_1"
+    history = history_messages("Be brief.", stored)
+    assert [m.role for m in history] == ["system", "user", "assistant", "tool", "assistant"]
+    said = json.loads(history[2].tool_calls_json)
+    # call_2 has no result (a Stop discarded it): the model is not shown a call left open.
+    assert [c["id"] for c in said] == ["call_1"]
+    assert json.loads(said[0]["function"]["arguments"]) == {"timezone": "Asia/Tokyo"}
+    assert history[3].tool_call_id == "call_1" and history[3].name == "get_current_time"
+
+
+def test_a_reply_whose_calls_all_went_unanswered_and_that_says_nothing_is_left_out(store):
+    from deskllm.store.chat_session import history_messages
+
+    c = store.create()
+    store.add_message(c.id, "user", "Hi")
+    store.add_message(c.id, "assistant", "", status="interrupted",
+                      tool_calls=[{"id": "x", "name": "t", "arguments": {}}])  # fmt: skip
+    assert [m.role for m in history_messages("", store.messages(c.id))] == ["user"]

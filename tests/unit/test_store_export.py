@@ -116,7 +116,7 @@ def _damage(data: dict, how: str) -> object:
     if how == "messages not a list":
         return data | {"messages": {"0": data["messages"][0]}}
     if how == "unknown role":
-        data["messages"][0]["role"] = "tool"
+        data["messages"][0]["role"] = "function"
     elif how == "unknown status":
         data["messages"][0]["status"] = "done"
     elif how == "content not text":
@@ -242,3 +242,29 @@ def test_a_replys_thinking_is_exported_folded_and_comes_back(store, tmp_path):
     again = import_json(store, path)
     assert store.messages(again.id)[-1].reasoning == stored.reasoning
     assert store.messages(again.id)[0].reasoning == ""  # none for a user message
+
+
+def test_tool_calls_and_results_are_exported_and_read_back(tmp_path):
+    from deskllm.database.connection import open_database
+    from deskllm.store.conversations import ConversationStore
+    from deskllm.store.export import conversation_markdown, export_json, import_json
+
+    store = ConversationStore(open_database(tmp_path / "db.sqlite3"))
+    c = store.create(title="Tools")
+    store.add_message(c.id, "user", "Count")
+    store.add_message(c.id, "assistant", "", tool_calls=[
+        {"id": "call_1", "name": "count", "server": "counter", "arguments": {"label": "a"}}])
+    store.add_message(c.id, "tool", "a: call number 1", tool_call_id="call_1", metrics={
+        "tool": "count", "decision": "deny", "is_error": True})  # fmt: skip
+    markdown = conversation_markdown(store, c.id)
+    assert "Tool call: `count` on counter" in markdown and '"label": "a"' in markdown
+    assert "*Result of count, denied by the user*" in markdown
+    export_json(store, c.id, tmp_path / "c.json")
+    copy = import_json(store, tmp_path / "c.json")
+    assert [(m.role, m.tool_calls, m.tool_call_id) for m in store.messages(copy.id)] == [
+        (m.role, m.tool_calls, m.tool_call_id) for m in store.messages(c.id)]
+    bad = json.loads((tmp_path / "c.json").read_text())
+    bad["messages"][1]["tool_calls"] = [{"name": "count"}]
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    with pytest.raises(ExportError, match="tool call of message 2"):
+        import_json(store, tmp_path / "bad.json")
