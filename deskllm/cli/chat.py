@@ -202,6 +202,10 @@ def _chat(args: argparse.Namespace, docs: ChatDocs | None) -> int:
         raise SystemExit(f"deskllm: {exc.reason}") from None
     if remote is not None:
         with remote:
+            if args.mcp:  # the endpoint's own tool calling (OpenAI's `tools`)
+                from deskllm.cli.mcp import tool_chat
+
+                return tool_chat(args, remote, None, sampling)
             return _converse(args, store, ChatSession(remote, store, docs), remote.label, sampling)
     model_path = resolve_model(resolver, args.model)
     params = params_from_settings(
@@ -283,6 +287,10 @@ def _auto_chat(args, resolver: Resolver, store: ConversationStore, sampling, doc
         policy = RoutePolicy(threshold, args.uncertainty_tokens)
         router = Router(client, target, policy, unreachable)
         try:
+            if args.mcp:  # a turn with tools stays on the engine that began it
+                from deskllm.cli.mcp import tool_chat
+
+                return tool_chat(args, router, model_path, sampling)
             session = ChatSession(router, store, docs)
             return _converse(args, store, session, router.label, sampling, router)
         finally:

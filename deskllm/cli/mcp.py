@@ -155,7 +155,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def tool_chat(args: argparse.Namespace, client, model_path: str, sampling) -> int:
+def tool_chat(args: argparse.Namespace, client, model_path: str | None, sampling) -> int:
     """`deskllm chat --mcp NAME[,NAME]`: the servers started, each call asked on the terminal
     (unless --allow or "always" before), one message (--prompt) or a REPL. Exit 1 when a
     server failed to start."""
@@ -178,7 +178,7 @@ def tool_chat(args: argparse.Namespace, client, model_path: str, sampling) -> in
                   "without it", file=sys.stderr)  # fmt: skip
         tools = hub.tools()
         print(f"[tools: {', '.join(t.name for t in tools) or 'none'}]", file=sys.stderr)
-        if tools and (note := small_model_note(model_path)):
+        if tools and model_path and (note := small_model_note(model_path)):
             print(f"[note: {note}]", file=sys.stderr)
         if args.tool_choice == "required" and not tools:
             print("deskllm: --tool-choice required, but no tool is available", file=sys.stderr)

@@ -106,6 +106,7 @@ class EngineBridge(QObject):
         self._consent_lock = threading.Lock()
         self._consents: dict[str, tuple[threading.Event, list[str]]] = {}
         self._tool_cancel: threading.Event | None = None  # the turn with tools running now
+        self._tool_client = None  # and what answers it (a remote model, the router)
 
     # GUI thread -------------------------------------------------------------------------------
     def load(self, params: LoadParams) -> None:
@@ -172,6 +173,8 @@ class EngineBridge(QObject):
         tool_turn = self._tool_cancel
         if tool_turn is not None:
             tool_turn.set()  # a call running or waiting for consent ends the turn at once
+            if self._tool_client is not None:
+                self._tool_client.cancel()  # a remote step's stream ends now, not at its next chunk
         self.client.cancel()
         with self._active_lock:
             active = self._active
@@ -411,18 +414,18 @@ class EngineBridge(QObject):
 
     def _turn(self, conversation_id: str, start, text: str | None, target: str | None = None,
               asked: bool = False, share: float | None = None) -> None:  # fmt: skip
-        """A turn with tools where the conversation has MCP servers and a local model answers;
-        otherwise a plain reply."""
+        """A turn with tools where the conversation has MCP servers (on the local model, a
+        remote one, or Auto's router, which keeps the turn on one engine); otherwise a plain
+        reply. A reply asked of the remote model is written without tools."""
         conversation = self._parts()[1].store.get(conversation_id)
-        if (conversation.tool_servers and self.mcp_config is not None and not asked
-                and conversation.model != AUTO and not is_remote(conversation.model)):  # fmt: skip
-            self._tool_stream(conversation_id, text, conversation.tool_servers)
+        if conversation.tool_servers and self.mcp_config is not None and not asked:
+            self._tool_stream(conversation_id, text, conversation.tool_servers, target, share)
         else:
             self._stream(conversation_id, start, target, asked, share)
 
-    def _tool_stream(self, conversation_id: str, text: str | None, names: list[str]) -> None:
-        session = self._parts()[1]
-        store = session.store
+    def _tool_stream(self, conversation_id: str, text: str | None, names: list[str],
+                     target: str | None, share: float | None) -> None:  # fmt: skip
+        store = self._parts()[1].store
         if text is not None:
             store.add_message(conversation_id, "user", text)
         servers, failures = [], {}
@@ -441,7 +444,10 @@ class EngineBridge(QObject):
         cancel = threading.Event()
         self._tool_cancel = cancel
         reply: Reply | None = None
+        close = None
         try:
+            session, close = self._session_for(conversation_id, target, False, share)
+            self._tool_client = session.client
             box, failed = self.tool_host.toolbox(servers)
             failures.update(failed)
             by_server = {s.name: set(s.always_allow) for s in servers}
@@ -461,7 +467,9 @@ class EngineBridge(QObject):
             reply = Reply(iter(()))
             reply.error = EngineError(f"{type(exc).__name__}: {exc}")
         finally:
-            self._tool_cancel = None
+            self._tool_cancel = self._tool_client = None
+            if close is not None:
+                close()
         if reply is None:  # no model reply at all (stopped before the first)
             reply = Reply(iter(()))
             reply.error = EngineError("stopped before the model replied")

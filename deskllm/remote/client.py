@@ -97,18 +97,23 @@ class RemoteClient:
         sampling: Sampling | None = None,
         *,
         user: str | None = None,
+        tools_json: str | None = None,
     ) -> Reply:
-        """One streamed reply from `model`. Nothing is sent until the Reply is read."""
+        """One streamed reply from `model`. Nothing is sent until the Reply is read.
+        `tools_json`: the tools it may call (OpenAI's list as JSON); its calls come back in
+        the reply's text as `<tool_call>{"name", "arguments"}</tool_call>`, the form the tool
+        loop reads from local models too."""
         stream = _Stream()
-        body = self._body(model, tuple(messages), sampling or Sampling(), user)
+        body = self._body(model, tuple(messages), sampling or Sampling(), user, tools_json)
         return Reply(self._chat_events(body, stream), stream.cancel)
 
     def _body(
-        self, model: str, messages: tuple[ChatMessage, ...], s: Sampling, user: str | None
-    ) -> dict[str, Any]:
+        self, model: str, messages: tuple[ChatMessage, ...], s: Sampling, user: str | None,
+        tools_json: str | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
         body: dict[str, Any] = {
             "model": model,
-            "messages": [{"role": m.role, "content": m.content} for m in messages],
+            "messages": [_message(m) for m in messages],
             "stream": True,
             "stream_options": {"include_usage": True},  # token counts in the last chunk
             "temperature": s.temperature,
@@ -125,12 +130,18 @@ class RemoteClient:
                 body["ignore_eos"] = True
         if user:
             body["user"] = user  # deskllm serve keeps one KV cache per user: prefix reuse
+        if tools_json:
+            body["tools"] = json.loads(tools_json)
+            # The tool loop holds a local model to a call with a schema (a grammar); an
+            # endpoint is asked for a call instead.
+            body["tool_choice"] = "required" if s.json_schema else "auto"
         return body
 
     def _chat_events(self, body: dict[str, Any], stream: _Stream) -> Iterator[Event]:
         figures = StreamFigures(next(_ids), self.name)
         rid = figures.request_id
         text: list[str] = []
+        calls: dict[int, dict[str, str]] = {}  # native tool calls, gathered by their index
         finish: str | None = None
         try:
             with self._http.stream("POST", self._url("/chat/completions"), json=body) as resp:
@@ -158,8 +169,13 @@ class RemoteClient:
                             if now - last_live >= LIVE_METRICS_EVERY_S:
                                 last_live = now
                                 yield figures.metrics()
+                        _gather_calls(calls, delta.get("tool_calls"))
                         if choice.get("finish_reason"):
                             finish = str(choice["finish_reason"])
+                for call in calls.values():
+                    said = _call_text(call)
+                    text.append(said)
+                    yield TextDelta(rid, said)
                 if stream.cancelled:
                     yield Done(rid, "cancelled", "".join(text), figures.metrics())
                     return
@@ -221,6 +237,41 @@ class RemoteClient:
 
     def _url(self, route: str) -> str:
         return self.endpoint.base_url + route
+
+
+def _message(m: ChatMessage) -> dict[str, Any]:
+    """A message as OpenAI's API takes it: an assistant's tool calls, a tool's answer."""
+    out: dict[str, Any] = {"role": m.role, "content": m.content}
+    if m.tool_calls_json:
+        out["tool_calls"] = json.loads(m.tool_calls_json)
+        out["content"] = m.content or None
+    if m.role == "tool":
+        out["tool_call_id"] = m.tool_call_id
+        if m.name:
+            out["name"] = m.name
+    return out
+
+
+def _gather_calls(calls: dict[int, dict[str, str]], deltas: Any) -> None:
+    """Streamed tool calls come in pieces: the name first, the arguments in parts."""
+    for piece in deltas if isinstance(deltas, list) else ():
+        if not isinstance(piece, dict):
+            continue
+        call = calls.setdefault(int(piece.get("index") or 0), {"name": "", "arguments": ""})
+        function = piece.get("function") or {}
+        if isinstance(function.get("name"), str):
+            call["name"] += function["name"]
+        if isinstance(function.get("arguments"), str):
+            call["arguments"] += function["arguments"]
+
+
+def _call_text(call: dict[str, str]) -> str:
+    """A native call as the Hermes text the tool loop reads (one parser for every engine)."""
+    try:
+        arguments = json.loads(call["arguments"] or "{}")
+    except json.JSONDecodeError:
+        arguments = call["arguments"]
+    return f"<tool_call>{json.dumps({'name': call['name'], 'arguments': arguments})}</tool_call>"
 
 
 class _Stream:

@@ -89,6 +89,7 @@ class RemotePool:
         sampling: Sampling | None = None,
         *,
         user: str | None = None,
+        tools_json: str | None = None,
     ) -> Reply:
         """One reply from whichever member answers (Metrics.engine names it)."""
         state: dict[str, Reply] = {}
@@ -98,7 +99,7 @@ class RemotePool:
             if reply is not None:
                 reply.cancel()
 
-        return Reply(self._events(tuple(messages), sampling, user, state), cancel)
+        return Reply(self._events(tuple(messages), sampling, user, state, tools_json), cancel)
 
     def _events(
         self,
@@ -106,6 +107,7 @@ class RemotePool:
         sampling: Sampling | None,
         user: str | None,
         state: dict[str, Reply],
+        tools_json: str | None = None,
     ) -> Iterator[Event]:
         tried: set[str] = set()
         last_error: Error | None = None
@@ -118,7 +120,8 @@ class RemotePool:
                 yield Error(None, reason, kind)
                 return
             tried.add(member.client.name)
-            reply = state["reply"] = member.client.chat(self.model, messages, sampling, user=user)
+            reply = state["reply"] = member.client.chat(self.model, messages, sampling, user=user,
+                                                        tools_json=tools_json)  # fmt: skip
             got_text = False
             try:
                 for event in reply.events():

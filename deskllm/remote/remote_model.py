@@ -33,6 +33,7 @@ class RemoteModel:
         sampling: Sampling | None = None,
         *,
         continue_reply: bool = False,
+        tools_json: str | None = None,
     ) -> Reply:
         if continue_reply:
             return Reply(_refused("continuing a reply is not supported on remote endpoints"))
@@ -40,9 +41,10 @@ class RemoteModel:
         # serve) reuse this conversation's prefix, and no id of ours leaves the machine.
         user = "deskllm-" + hashlib.sha256(conversation_id.encode()).hexdigest()[:16]
         if isinstance(self.backend, RemotePool):
-            reply = self.backend.chat(messages, sampling, user=user)
+            reply = self.backend.chat(messages, sampling, user=user, tools_json=tools_json)
         else:
-            reply = self.backend.chat(self.model, messages, sampling, user=user)
+            reply = self.backend.chat(self.model, messages, sampling, user=user,
+                                      tools_json=tools_json)  # fmt: skip
         with self._lock:
             self._current = reply
         return reply

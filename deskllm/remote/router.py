@@ -122,6 +122,10 @@ class Router:
         self._ask_next = False
         self.overhead_s = 0.0  # the last reply's time in the router itself (bench/router.py)
         self._upstream_s = 0.0
+        # A turn with tools: the tools of the reply being routed, and the engine (its model
+        # label) and reason of the turn's first reply, which answers the rest of the turn.
+        self._tools: str | None = None
+        self._tool_engine: tuple[str, str] | None = None
 
     @property
     def params(self):
@@ -145,14 +149,48 @@ class Router:
         sampling: Sampling | None = None,
         *,
         continue_reply: bool = False,
+        tools_json: str | None = None,
     ) -> Reply:
+        """`tools_json`: a turn with tools. Its first reply is routed as any other; the
+        replies after a tool's result go to the same engine, so one model sees its own calls
+        through (the loop is not split between two engines)."""
         asked, self._ask_next = self._ask_next, False
-        events = self._timed(
-            self._route(
-                conversation_id, tuple(messages), sampling or Sampling(), asked, continue_reply
-            )  # fmt: skip
-        )
-        return Reply(events, self.cancel)
+        messages, sampling = tuple(messages), sampling or Sampling()
+        self._tools = tools_json
+        pinned = self._tool_engine if tools_json and messages and (
+            messages[-1].role == "tool") else None  # fmt: skip
+        if pinned is not None:
+            route = self._pinned(conversation_id, messages, sampling, *pinned)
+        else:
+            route = self._route(conversation_id, messages, sampling, asked, continue_reply)
+        return Reply(self._timed(self._noting_engine(route)), self.cancel)
+
+    def _noting_engine(self, events: Iterator[Event]) -> Iterator[Event]:
+        for event in events:
+            if isinstance(event, Done) and isinstance(event.metrics, RoutedMetrics):
+                metrics = event.metrics
+                self._tool_engine = (metrics.model, metrics.route_reason) if self._tools else None
+            yield event
+
+    def _pinned(self, cid: str, messages: tuple[ChatMessage, ...], sampling: Sampling,
+                model: str, reason: str) -> Iterator[Event]:  # fmt: skip
+        """A reply of a turn with tools on the engine that began the turn."""
+        if model == self.local_model or self.target is None:
+            reply = self._start(self._local_chat(cid, messages, sampling))
+            yield from self._tagged(self._pull(reply), self.local_model, reason)
+        else:
+            reply = self._start(self._target_chat(cid, messages, sampling))
+            yield from self._tagged(self._pull(reply), self.target.label, reason)
+
+    def _local_chat(self, cid: str, messages, sampling: Sampling, **options) -> Reply:
+        if self._tools:
+            options["tools_json"] = self._tools
+        return self.local.chat(cid, messages, sampling, **options)
+
+    def _target_chat(self, cid: str, messages, sampling: Sampling) -> Reply:
+        assert self.target is not None
+        options = {"tools_json": self._tools} if self._tools else {}
+        return self.target.chat(cid, messages, sampling, **options)
 
     def cancel(self) -> None:
         with self._lock:
@@ -177,11 +215,11 @@ class Router:
         continue_reply: bool,
     ) -> Iterator[Event]:
         if continue_reply:
-            reply = self._start(self.local.chat(cid, messages, sampling, continue_reply=True))
+            reply = self._start(self._local_chat(cid, messages, sampling, continue_reply=True))
             yield from self._tagged(self._pull(reply), self.local_model, CONTINUED)
             return
         if self.target is None:
-            reply = self._start(self.local.chat(cid, messages, sampling))
+            reply = self._start(self._local_chat(cid, messages, sampling))
             if self.unreachable is None:
                 yield from self._tagged(self._pull(reply), self.local_model, PRIVATE)
             else:
@@ -200,7 +238,7 @@ class Router:
         threshold = self.policy.escalate_below
         k = self.policy.uncertainty_tokens if threshold is not None else 0
         reply = self._start(
-            self.local.chat(cid, messages, replace(sampling, logprobs=k), drop_old_turns=False)
+            self._local_chat(cid, messages, replace(sampling, logprobs=k), drop_old_turns=False)
         )
         held: list[Event] = []  # the start of the reply, until the uncertainty is decided
         decided, shown, score = k == 0, False, None
@@ -245,7 +283,7 @@ class Router:
         local_error: Error | Exited | None = None,
     ) -> Iterator[Event]:
         assert self.target is not None
-        reply = self._start(self.target.chat(cid, messages, sampling))
+        reply = self._start(self._target_chat(cid, messages, sampling))
         shown = False
         for event in self._pull(reply):
             if isinstance(event, Error) and not shown:
@@ -254,7 +292,7 @@ class Router:
                     yield local_error  # neither engine could answer: the local failure stands
                     return
                 # Back to local: a conversation too long for it loses its oldest turns.
-                local = self._start(self.local.chat(cid, messages, sampling))
+                local = self._start(self._local_chat(cid, messages, sampling))
                 yield from self._tagged(self._pull(local), self.local_model, REMOTE_FAILED,
                                         score, notice)  # fmt: skip
                 return

@@ -378,3 +378,31 @@ def calibrated_routing(window, qtbot, spec: str) -> None:
     sure = ask_in_a_new_chat(CALIBRATION_PROMPTS[ranked[-1]])
     assert sure.metrics["route_reason"] == "local" and sure.metrics["engine"] == "local"
     assert len(notices) == 1 and len(window.bridge.calibrations) == 1
+
+
+def test_a_chat_on_a_remote_model_uses_tools_with_consent(window, qtbot, desk):
+    """deskllm serve as the remote engine (it calls tools natively: `tools`, `tool_choice`,
+    streamed `tool_calls`); mcp-server-time from PyPI as the tool."""
+    from mcp_helpers import TIME
+
+    register(window, "desk", desk.v1, API_KEY)
+    refreshed(qtbot, window)
+    spec = f"desk/{DESK_MODEL}"
+    choose(window, spec)
+    cid = window.chat.conversation_id
+    window.bridge.mcp_config.put(TIME)
+    window.chat.tools_button.choose(["time"], "required")
+    set_sampling(window, temperature=0, max_tokens=60)
+    with qtbot.waitSignal(window.bridge.consent_needed, timeout=REPLY_TIMEOUT_MS) as asked:
+        type_and_send(qtbot, window, "What time is it in Tokyo?")
+    assert asked.args[1].name == "get_current_time"
+    with qtbot.waitSignal(window.bridge.finished, timeout=REPLY_TIMEOUT_MS):
+        window.chat.pending_cards()[0].allow_once.click()
+    messages = window.store.messages(cid)
+    assert [m.role for m in messages][:3] == ["user", "assistant", "tool"]
+    calling, result = messages[1], messages[2]
+    assert calling.tool_calls[0]["name"] == "get_current_time"
+    assert calling.metrics["engine"] == "desk" and "<tool_call>" not in calling.content
+    assert result.metrics["decision"] == "once" and result.metrics["is_error"] is False
+    assert "datetime" in result.content  # the real server's answer
+    assert messages[-1].role == "assistant" and messages[-1].metrics["engine"] == "desk"
