@@ -9,6 +9,7 @@ good: it is checked once at load, and each chat turn cannot make it allocate or 
 
 from __future__ import annotations
 
+import datetime
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -60,6 +61,12 @@ def _raise_exception(message: str) -> None:
     raise TemplateError(message)
 
 
+def _strftime_now(format: str) -> str:  # noqa: A002 (the name templates call it with)
+    """Today's date as the template wants it: Hugging Face's helper, which gpt-oss and
+    Llama 3.x templates call for the date they put in the system message."""
+    return datetime.datetime.now().strftime(format)
+
+
 class ChatTemplate:
     """A compiled chat template with a ChatML fallback."""
 
@@ -68,6 +75,7 @@ class ChatTemplate:
             MAX_OUTPUT_CHARS, trim_blocks=True, lstrip_blocks=True, autoescape=False
         )
         self.env.globals["raise_exception"] = _raise_exception
+        self.env.globals["strftime_now"] = _strftime_now
         self.bos_token = bos_token
         self.eos_token = eos_token
         self.warning: str | None = None
@@ -131,7 +139,9 @@ class ChatTemplate:
         if self.template is None:
             return False
         if self._knows_tools is None:
-            probe = [{"type": "function", "function": {"name": "probe_tool_x", "parameters": {}}}]
+            # (a description: gpt-oss's template writes every tool's)
+            probe = [{"type": "function", "function": {
+                "name": "probe_tool_x", "description": "A probe.", "parameters": {}}}]  # fmt: skip
             try:
                 with_tool = _render_limited(
                     self.template, self._context(SAMPLE_CONVERSATION, probe)

@@ -138,6 +138,9 @@ class LlamaModel:
         self.n_batch = L.llama_n_batch(self.ctx)
         self.memory = L.llama_get_memory(self.ctx)
         self._piece_buf = ctypes.create_string_buffer(256)
+        # Control tokens written out in replies: a harmony model's (gpt-oss) frame its
+        # messages with them, and the engine reads the frames (deskllm.engine.harmony).
+        self.render_special = False
         self.buffers = self._parse_buffers()
 
     # Metadata ---------------------------------------------------------------------------------

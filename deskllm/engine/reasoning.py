@@ -12,6 +12,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from deskllm.engine.harmony import CLOSE_THINKING, is_harmony
+
 __all__ = ["THINK", "ReasoningMarkers", "ReasoningSplitter", "Part", "markers_of"]
 
 
@@ -19,6 +21,9 @@ __all__ = ["THINK", "ReasoningMarkers", "ReasoningSplitter", "Part", "markers_of
 class ReasoningMarkers:
     open: str
     close: str
+    # What closes the block when fed to the model (a budget), where it is not `close` itself:
+    # gpt-oss's thinking ends with control tokens, read back as `close` (engine.harmony).
+    model_close: str = ""
 
 
 THINK = ReasoningMarkers("<think>", "</think>")
@@ -33,8 +38,11 @@ _TAG = re.compile(r"<((?:\w+:)?(?:think|thinking|thought|reasoning))>")
 def markers_of(template: str | None, in_vocab: Callable[[str], bool]) -> ReasoningMarkers | None:
     """The markers a model thinks between: a known pair its chat template writes (either
     marker) or its vocabulary has as one token, else a <think>-like tag the template opens
-    and closes. None: not a reasoning model (its replies are never split)."""
+    and closes; gpt-oss's analysis channel, as engine.harmony reads it. None: not a
+    reasoning model (its replies are never split)."""
     source = template or ""
+    if is_harmony(source):
+        return ReasoningMarkers(THINK.open, THINK.close, model_close=CLOSE_THINKING)
     for pair in KNOWN:
         if pair.open in source or pair.close in source or in_vocab(pair.close):
             return pair

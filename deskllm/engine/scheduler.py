@@ -878,7 +878,8 @@ class Scheduler(LlamaModel):
         if L.llama_vocab_is_eog(self.vocab, token):
             return self._finish(run, "stop", run.matcher.flush())
         run.generated += 1
-        n = L.llama_token_to_piece(self.vocab, token, self._piece_buf, 256, 0, False)
+        n = L.llama_token_to_piece(self.vocab, token, self._piece_buf, 256, 0,
+                                   self.render_special)  # fmt: skip
         piece = run.decoder.decode(self._piece_buf.raw[:n]) if n > 0 else ""
         s = run.sampling
         if len(run.logprobs) < s.logprobs:

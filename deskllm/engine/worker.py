@@ -35,6 +35,7 @@ from deskllm.engine.domain import (
     TextDelta,
 )
 from deskllm.engine.errors import EngineError, ErrorKind
+from deskllm.engine.harmony import HarmonyStream, is_harmony
 from deskllm.engine.load_defaults import resolve_params
 from deskllm.engine.protocol import (
     Cancel,
@@ -103,6 +104,7 @@ class ReplyState:
     budget_closed: bool = False
     split: bool = True  # False: the thinking stays in the text (Sampling.split_reasoning)
     parts: list[Part] = field(default_factory=list)  # split, not sent yet
+    harmony: HarmonyStream | None = None  # a gpt-oss reply's frames, read as they come
 
 
 class Worker:
@@ -295,6 +297,9 @@ class Worker:
         bare = len(runtime.tokenize(""))  # BOS, where the model adds one
         self.markers = markers_of(runtime.chat_template(),
                                   lambda text: len(runtime.tokenize(text)) == bare + 1)
+        # gpt-oss: its replies' control tokens are written out and read as its frames.
+        self.harmony = is_harmony(runtime.chat_template())
+        runtime.render_special = self.harmony
         self.device = device_name(runtime.buffers)
         gpu = params.n_gpu_layers != 0
         self.vram = NvmlProcessMemory() if gpu else None
@@ -417,6 +422,7 @@ class Worker:
             self.send(Error(rid, "there is no assistant reply to continue"))
             return
         state = ReplyState(time.perf_counter())
+        state.harmony = HarmonyStream() if self.harmony else None
         try:
             if request.raw_prompt is not None:
                 tokens, warning = fit_raw_prompt(
@@ -474,11 +480,14 @@ class Worker:
             if splitter is not None and splitter.inside and out.piece and not state.budget_closed:
                 budget = out.run.sampling.reasoning_budget if out.finish is None else 0
                 self.count_reasoning(rid, state, budget)
-            if out.text:
-                state.text.append(out.text)
-                state.pending.append(out.text)
+            text = out.text
+            if state.harmony is not None:
+                text = state.harmony.feed(text) + (state.harmony.finish() if out.finish else "")
+            if text:
+                state.text.append(text)
+                state.pending.append(text)
                 if splitter is not None:  # at once: the count above needs where it is
-                    state.parts.extend(splitter.feed(out.text))
+                    state.parts.extend(splitter.feed(text))
                     if splitter.closed and state.reasoning_to is None:
                         state.reasoning_to = now
             if out.finish is not None:
@@ -532,7 +541,8 @@ class Worker:
             state.reasoning_from = time.perf_counter()
         if budget and state.reasoning_tokens >= budget and not state.budget_closed:
             state.budget_closed = True
-            self.runtime.force_text(rid, f"\n{state.splitter.markers.close}\n\n")
+            markers = state.splitter.markers
+            self.runtime.force_text(rid, markers.model_close or f"\n{markers.close}\n\n")
 
     def take_text(self, rid: int, state: ReplyState, events: list, final: bool = False) -> None:
         """Send the text held for a reply: a reasoning model's as thinking and answer deltas

@@ -314,6 +314,8 @@ class MainWindow(QMainWindow):
         self.models.shutdown()
         self.documents_panel.shutdown()
         self.chat.attachments.shutdown()
+        if self.tool_servers_dialog is not None:
+            self.tool_servers_dialog.tasks.shutdown(wait=False)
         self.documents.close()
         super().closeEvent(event)
 

@@ -28,7 +28,9 @@ from deskllm.gui.qt import (
     QVBoxLayout,
     QWidget,
 )
+from deskllm.gui.tasks import TaskRunner
 from deskllm.tools.mcp_config import McpConfig, McpConfigError, McpServer, server_from_json
+from deskllm.tools.mcp_hub import McpTool
 from deskllm.tools.tool_host import ToolHost
 
 COLUMNS = ("On", "Name", "Runs", "Always allowed", "State")
@@ -44,6 +46,17 @@ def _pairs(text: str, what: str) -> dict[str, str]:
             raise McpConfigError(f"{what}: write each line as NAME=VALUE ({line.strip()!r})")
         pairs[key.strip()] = value
     return pairs
+
+
+def tools_text(server: str, tools: list[McpTool]) -> str:
+    """A server's tools, one a line, each with the first line of its description."""
+    if not tools:
+        return f"{server} offers no tools."
+    lines = [f"{server} offers {len(tools)} tool{'s' if len(tools) != 1 else ''}:"]
+    for tool in tools:
+        about = tool.description.strip().splitlines()[0] if tool.description.strip() else ""
+        lines.append(f"  • {tool.remote_name}" + (f" — {about}" if about else ""))
+    return "\n".join(lines)
 
 
 class AddServerDialog(QDialog):
@@ -134,8 +147,18 @@ class ToolServersDialog(QDialog):
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         self.table.horizontalHeader().setStretchLastSection(True)
         self.table.itemChanged.connect(self._item_changed)
+        self.table.itemSelectionChanged.connect(self._show_tools)
         self.problem = QLabel(wordWrap=True)
         self.problem.hide()
+        # The selected server's tools with their descriptions (once it ran, or on asking).
+        self.tools = QLabel(wordWrap=True)
+        self.tools.setTextFormat(Qt.TextFormat.PlainText)
+        self.tools.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.tasks = TaskRunner("tool-servers", self)
+        self.list_button = QPushButton("List tools")
+        self.list_button.setToolTip("Start the selected server (if it is not running) and list "
+                                    "its tools")  # fmt: skip
+        self.list_button.clicked.connect(self.list_tools)
         add, remove = QPushButton("Add…"), QPushButton("Remove…")
         import_button, forget = QPushButton("Import mcp.json…"), QPushButton("Ask again")
         forget.setToolTip("Ask before every call of the selected server's tools again")
@@ -144,7 +167,7 @@ class ToolServersDialog(QDialog):
         import_button.clicked.connect(self.choose_import)
         forget.clicked.connect(self.forget_allowed)
         row = QHBoxLayout()
-        for button in (add, remove, import_button, forget):
+        for button in (add, remove, import_button, forget, self.list_button):
             row.addWidget(button)
         row.addStretch(1)
         close = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
@@ -152,10 +175,11 @@ class ToolServersDialog(QDialog):
         layout = QVBoxLayout(self)
         layout.addWidget(intro)
         layout.addWidget(self.table, 1)
+        layout.addWidget(self.tools)
         layout.addWidget(self.problem)
         layout.addLayout(row)
         layout.addWidget(close)
-        self.resize(720, 360)
+        self.resize(720, 420)
         self.refresh()
 
     def refresh(self) -> None:
@@ -186,6 +210,44 @@ class ToolServersDialog(QDialog):
     def _say(self, text: str) -> None:
         self.problem.setText(text)
         self.problem.setVisible(bool(text))
+
+    def list_tools(self) -> None:
+        """Start the selected server in the background (the chats' host keeps it running)
+        and show its tools, or why it failed."""
+        server = self._selected()
+        if server is None or self.host is None:
+            self._say("Select the server whose tools to list.")
+            return
+        self.list_button.setEnabled(False)
+        self.tools.setText(f"Starting {server.name}…")
+        host = self.host
+        self.tasks.run(lambda: host.toolbox([server]),
+                       lambda future: self._listed(server.name, future))  # fmt: skip
+
+    def _listed(self, name: str, future) -> None:
+        self.list_button.setEnabled(True)
+        try:
+            box, failures = future.result()
+        except Exception as exc:  # noqa: BLE001 - said, not raised into Qt
+            failures, box = {name: str(exc)}, None
+        self.refresh()
+        if name in failures:
+            self.tools.setText(f"{name} could not start: {failures[name]}")
+        elif box is not None:
+            self.tools.setText(tools_text(name, box.tools()))
+
+    def _show_tools(self) -> None:
+        server = self._selected()
+        if server is None or self.host is None:
+            self.tools.setText("")
+            return
+        hub = self.host.hub(server.name)
+        if hub is None or hub.failures():
+            self.tools.setText(f"{server.name}: not started yet (List tools starts it)."
+                               if hub is None else
+                               f"{server.name} failed: {hub.failures()[server.name]}")  # fmt: skip
+            return
+        self.tools.setText(tools_text(server.name, hub.tools()))
 
     def _selected(self) -> McpServer | None:
         rows = self.table.selectionModel().selectedRows()

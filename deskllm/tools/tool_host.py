@@ -60,6 +60,11 @@ class ToolHost:
             hubs[server.name] = hub
         return ToolBox(hubs), failures
 
+    def hub(self, name: str) -> McpHub | None:
+        """The hub of server `name`, once a turn or a listing started it."""
+        with self._lock:
+            return self._hubs.get(name)
+
     def running(self) -> dict[str, bool]:
         """Each server started so far: True while it runs, False when it failed or died."""
         with self._lock:

@@ -177,3 +177,30 @@ def test_tool_servers_dialog_adds_turns_off_imports_and_removes(qtbot, tmp_path)
     assert [s.name for s in config.servers()] == ["time"]
     dialog.import_file(tmp_path / "absent.json")
     assert "absent.json" in dialog.problem.text()
+
+
+def test_the_dialog_lists_a_servers_tools_with_their_descriptions(qtbot, tmp_path):
+    from deskllm.tools.tool_host import ToolHost
+
+    config = McpConfig(tmp_path / "mcp.json")
+    config.put(TIME)
+    config.put(McpServer("missing", "/nonexistent/mcp-server"))
+    host = ToolHost()
+    dialog = ToolServersDialog(config, host)
+    qtbot.addWidget(dialog)
+    try:
+        dialog.table.selectRow(0)
+        assert "not started yet" in dialog.tools.text()
+        dialog.list_tools()
+        qtbot.waitUntil(lambda: dialog.list_button.isEnabled(), timeout=60_000)
+        text = dialog.tools.text()
+        assert text.startswith("time offers 2 tools:") and "• get_current_time — " in text
+        assert dialog.table.item(0, 4).text() == "running"
+        dialog.table.selectRow(1)
+        dialog.list_tools()
+        qtbot.waitUntil(lambda: dialog.list_button.isEnabled(), timeout=60_000)
+        assert "missing could not start: the program was not found" in dialog.tools.text()
+        assert dialog.table.item(1, 4).text() == "failed"
+    finally:
+        dialog.tasks.shutdown()
+        host.close()

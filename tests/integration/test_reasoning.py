@@ -95,6 +95,25 @@ def test_a_model_without_markers_is_never_split(load_params):
         assert not any(d.reasoning for d in deltas)
 
 
+# gpt-oss's frames (harmony) in a template the starter model is given: its vocabulary has
+# none of the control tokens, so its replies carry no frames and must read as plain answers.
+HARMONY = ("{% for message in messages %}{{ '<|start|>' + message['role'] + '<|message|>' + "
+           "message['content'] + '<|end|>' }}{% endfor %}{# <|channel|>analysis<|message|> #}"
+           "{% if add_generation_prompt %}{{ '<|start|>assistant' }}{% endif %}")  # fmt: skip
+
+
+def test_a_harmony_template_on_a_model_that_writes_no_frames_answers_plainly(
+    load_params, tmp_path, starter_model
+):
+    model = with_template(starter_model, tmp_path / "harmony.gguf", HARMONY)
+    with EngineClient() as client:
+        loaded = client.load(load_params(model_path=str(model)))
+        assert loaded.reasoning_markers == ("<think>", "</think>")  # gpt-oss's analysis
+        deltas, done = events_of(client, Sampling(temperature=0, max_tokens=16))
+    assert done.text.strip() and done.reasoning == ""
+    assert "".join(d.text for d in deltas) == done.text and not any(d.reasoning for d in deltas)
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, session_home, extra_bufts, reasoning_models):
     home = tmp_path_factory.mktemp("reasoning-home")
