@@ -572,14 +572,15 @@ class ChatPanel(QWidget):
         for widget in self.widgets:
             ids = versions.get(widget.message.id, [widget.message.id])
             widget.set_versions(ids.index(widget.message.id) + 1, len(ids))
+        stream = self._stream
         waiting = [i for i, cid in self._consents.items() if cid == self.conversation_id]
         results = {m.tool_call_id: m.metrics for m in messages if m.role == "tool"}
+        running = stream is not None and stream.conversation_id == self.conversation_id
         for widget in self.widgets:
             for card in widget.tool_calls.cards:
-                if card.call["id"] in waiting and not card.pending:
-                    card.set_pending(True)
-                card.set_result(results.get(card.call["id"]))
-        stream = self._stream
+                if (card.call["id"] in waiting) != card.pending:  # asked, or no longer
+                    card.set_pending(not card.pending)
+                card.set_result(results.get(card.call["id"]), running)
         if stream is not None and stream.conversation_id == self.conversation_id:
             last = self.widgets[-1].message if self.widgets else None
             fresh = last is None or (last.status != "streaming" and last.id != stream.message_id)

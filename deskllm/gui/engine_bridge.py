@@ -438,7 +438,7 @@ class EngineBridge(QObject):
             if server.enabled:
                 servers.append(server)
             else:
-                failures[name] = "it is turned off in Settings → Tools"
+                failures[name] = "it is turned off in Chat → Tool servers…"
         steps, timeout = self.tool_limits()
         self.tool_host.call_timeout_s = timeout
         cancel = threading.Event()
@@ -452,7 +452,6 @@ class EngineBridge(QObject):
             failures.update(failed)
             by_server = {s.name: set(s.always_allow) for s in servers}
             allowed = {t.name for t in box.tools() if t.remote_name in by_server.get(t.server, ())}
-
             turn = stored_tool_turn(
                 session, conversation_id, box,
                 lambda call: self._consent(conversation_id, call, cancel),

@@ -81,12 +81,15 @@ class ToolCallCard(QFrame):
         if pending:
             self.allow_once.setFocus()
 
-    def set_result(self, metrics: dict | None) -> None:
-        """The call's outcome once its result is stored (None: none yet)."""
+    def set_result(self, metrics: dict | None, running: bool = False) -> None:
+        """The call's outcome once its result is stored (None: none yet; `running`: its
+        turn goes on, else it never ran: the turn was stopped first)."""
         if self.pending:
             return
         if metrics is None:
-            self.state.setVisible(self.state.text() in ("Running…", "Denied."))
+            if not running:
+                self.state.setText("Not run: the turn was stopped before it.")
+            self.state.setVisible(bool(self.state.text()))
             return
         decision = metrics.get("decision")
         if decision == "deny":

@@ -140,6 +140,9 @@ def test_stop_while_a_call_waits_ends_the_turn_and_runs_nothing(qtbot, window, c
     assert "tool" not in roles(window, cid)
     assert window.chat.pending_cards() == [] and window.bridge.pending_consents() == []
     assert window.chat.send_button.isEnabled()
+    card = next(w for w in window.chat.widgets if w.tool_calls.cards).tool_calls.cards[0]
+    assert card.state.text() == "Not run: the turn was stopped before it."
+    assert not card.allow_once.isVisible()
 
 
 def test_a_server_that_cannot_start_is_said_and_the_chat_goes_on(qtbot, window):
