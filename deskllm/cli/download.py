@@ -81,8 +81,8 @@ class ProgressBar:
 
 def run_download(args: argparse.Namespace) -> int:
     from deskllm.downloads.errors import DownloadError
-    from deskllm.downloads.manager import DownloadManager
     from deskllm.downloads.resolve import resolve
+    from deskllm.downloads.single import download_one
 
     user = settings_mod.load()
     try:
@@ -100,25 +100,13 @@ def run_download(args: argparse.Namespace) -> int:
         print(f"{item.what} ({item.quant or '?'}, {human_bytes(item.total)}"
               + (f", {len(item.parts)} parts" if len(item.parts) > 1 else "") + ")",
               file=sys.stderr)  # fmt: skip
-    manager = DownloadManager(
-        models_dir=user.models_path(), max_concurrent=1, on_progress=bar
-    )
-    download_id = None
     try:
-        download_id = manager.add(item)
-        manager.start(restore=False)  # only this item: the app's queue is the app's business
-        record = manager.wait(download_id)
+        record, stats = download_one(item, user.models_path(), bar)
     except KeyboardInterrupt:
-        if download_id is not None:
-            manager.pause(download_id)
-            manager.wait(download_id, timeout=15)
         bar.finish()
         print("paused; run the same command again to resume", file=sys.stderr)
         return 130
-    finally:
-        manager.close()
     bar.finish()
-    stats = manager.stats(download_id)
     if record.state != DownloadState.DONE:
         return _fail(args, record.error or f"the download ended {record.state.value}")
     if args.json:

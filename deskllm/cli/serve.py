@@ -85,7 +85,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         stored_key,
     )
     from deskllm.server.gateway import Gateway
-    from deskllm.server.installed import InstalledModels, served_id
+    from deskllm.server.installed import InstalledModels, library_models, served_id
     from deskllm.server.model_host import KEEP_ALIVE_S, ModelHost
     from deskllm.server.runner import serve
 
@@ -142,7 +142,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                                     speculation=args.speculation)  # fmt: skip
 
     # A request naming another installed model loads it with the same settings and flags.
-    library_models = InstalledModels(_installed_models, params_for, _remove_installed)
+    library_models = InstalledModels(library_models, params_for, _remove_installed,
+                                     _pull_model)  # fmt: skip
     params = params_for(model_path)
     slots = settings.server_slots if parallel is None else parallel
     if slots == 0:
@@ -162,19 +163,32 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return serve(host, config)
 
 
+def _pull_model(repo: str, selector: str | None, on_progress, stop):
+    """Ollama's /api/pull: `repo` (the planner's pick for this machine, or `selector`)
+    downloaded into the library; the final Progress (DONE, FAILED, or PAUSED when stopped)."""
+    from deskllm.downloads.errors import DownloadError
+    from deskllm.downloads.events import DownloadState, Progress
+    from deskllm.downloads.resolve import resolve
+    from deskllm.downloads.single import download_one
+    from deskllm.server import errors
+
+    user = settings_mod.load()
+    try:
+        item = resolve(repo, selector, n_ctx=user.n_ctx, kv_type=user.kv_type,
+                       usable_tps=user.usable_tps)  # fmt: skip
+    except DownloadError as exc:
+        raise errors.ApiError(404 if "not found" in str(exc).lower() else 500,
+                              str(exc), type="not_found_error") from None  # fmt: skip
+    record, _stats = download_one(item, user.models_path(), on_progress, stop)
+    return Progress(record.id, item.name, record.state, record.bytes_done, record.total,
+                    error=record.error if record.state != DownloadState.DONE else None,
+                    path=record.path)  # fmt: skip
+
+
 def _remove_installed(model) -> None:
     """Forget an installed model and delete its file (the bundled starter file is kept)."""
     db = open_database()
     try:
         ModelLibrary(db).remove(model.id, delete_file=True)
-    finally:
-        db.close()
-
-
-def _installed_models() -> list:
-    """The library now (a model may be installed while the server runs), from any thread."""
-    db = open_database()
-    try:
-        return ModelLibrary(db).list()
     finally:
         db.close()

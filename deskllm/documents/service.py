@@ -157,6 +157,11 @@ class Documents:
                 continue  # a model that cannot load takes nothing
         return total
 
+    def running_engines(self) -> list[str]:
+        """The embedding models started so far (their paths)."""
+        with self._lock:
+            return list(self._engines)
+
     def close(self) -> None:
         with self._lock:
             engines, self._engines = list(self._engines.values()), {}

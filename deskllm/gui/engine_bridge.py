@@ -107,6 +107,9 @@ class EngineBridge(QObject):
         self._consents: dict[str, tuple[threading.Event, list[str]]] = {}
         self._tool_cancel: threading.Event | None = None  # the turn with tools running now
         self._tool_client = None  # and what answers it (a remote model, the router)
+        # How the window's API server loads another installed model a request names (the
+        # window's settings); None: it serves the window's model only.
+        self.params_for: Callable[[str], LoadParams] | None = None
 
     # GUI thread -------------------------------------------------------------------------------
     def load(self, params: LoadParams) -> None:
@@ -216,6 +219,7 @@ class EngineBridge(QObject):
     def _start_serving(self, config, slots: int) -> None:
         from deskllm.server.embedded import EmbeddedServer, ServerStartError
         from deskllm.server.gateway import Gateway
+        from deskllm.server.installed import InstalledModels, library_models
         from deskllm.settings import AUTO_SERVER_SLOTS
 
         if self.server is not None:
@@ -247,9 +251,14 @@ class EngineBridge(QObject):
         try:
             # `auto` and the remote endpoints' models answer there too, as in `deskllm serve`.
             gateway = Gateway(lambda: open_database(self.db_path), self.escalate_share())
+            # A request naming another installed model loads it beside the window's.
+            installed = None
+            if self.params_for is not None:
+                db_path = self.db_path
+                installed = InstalledModels(lambda: library_models(db_path), self.params_for)
             server = EmbeddedServer(self.engine, self.engine.loaded,
                                     self._model_id(params.model_path), config, slots,
-                                    gateway)  # fmt: skip
+                                    gateway, installed, self._footprint(params))  # fmt: skip
             server.start()
         except Exception as exc:  # the model stays loaded as it is
             if not isinstance(exc, ServerStartError):
@@ -258,6 +267,12 @@ class EngineBridge(QObject):
             return
         self.server = server
         self.tasks.post(self.serving.emit, server)
+
+    def _footprint(self, params: LoadParams) -> int:
+        """The RAM the planner counted for the window's model (its file size without a plan)."""
+        from deskllm.server.model_host import planned_ram
+
+        return planned_ram(self._parts()[0], params)
 
     def _model_id(self, model_path: str) -> str:
         """What the API calls the model: its name in the library as an id, as `deskllm serve`

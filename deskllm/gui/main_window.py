@@ -25,6 +25,7 @@ from deskllm.gui.first_run_card import FirstRunCard
 from deskllm.gui.hardware_panel import HardwarePanel
 from deskllm.gui.hint_banner import HintBanner
 from deskllm.gui.live_settings import LiveSettings
+from deskllm.gui.loaded_models import LoadedModelsDialog
 from deskllm.gui.model_menu import same_file
 from deskllm.gui.models_panel import ModelsPanel
 from deskllm.gui.qt import (
@@ -126,10 +127,15 @@ class MainWindow(QMainWindow):
         self.chat.attachments.set_documents(self.documents)
         # MCP tools: the servers of mcp.json (values of env and headers in the keyring), the
         # step limit and call timeout from the settings.
+        # The window's API server loads another installed model a request names with the
+        # settings the window loads its own with.
+        self.bridge.params_for = lambda path: params_from_settings(self.settings, path,
+                                                                   **self.load_overrides)
         self.bridge.mcp_config = McpConfig(secrets=LazyKeyStore())
         self.bridge.tool_limits = lambda: (self.settings.tool_steps,
                                            float(self.settings.tool_timeout_s))  # fmt: skip
         self.tool_servers_dialog: ToolServersDialog | None = None
+        self.loaded_models_dialog: LoadedModelsDialog | None = None
         tools = self.chat.tools_button
         tools.config = self.bridge.mcp_config
         tools.open_settings = self.open_tool_servers
@@ -205,6 +211,7 @@ class MainWindow(QMainWindow):
         self._action(engine, "Switch &model…", self.switch_model, QKeySequence("Ctrl+M"))
         self._action(engine, "Remote &engines…", self.chat.open_remote_engines)
         self._action(engine, "Local API &server…", self.open_server_panel)
+        self._action(engine, "&Loaded models…", self.open_loaded_models)
         view = self.menuBar().addMenu("&View")
         for index, name in enumerate(("&Chat", "&Models", "&Hardware", "&Documents")):
             # triggered(bool) passes `checked` first: it must not land in `i`.
@@ -528,6 +535,13 @@ class MainWindow(QMainWindow):
         self.settings_dialog = SettingsDialog(self.settings, self)
         self.settings_dialog.saved.connect(self.apply_settings)
         self.settings_dialog.open()
+
+    def open_loaded_models(self) -> None:
+        """Engine → Loaded models: what the app holds in memory, with Unload and Pin."""
+        if self.loaded_models_dialog is None:
+            self.loaded_models_dialog = LoadedModelsDialog(self)
+        self.loaded_models_dialog.show()
+        self.loaded_models_dialog.raise_()
 
     def open_tool_servers(self) -> None:
         """Settings → Tools: the MCP servers chats may use."""

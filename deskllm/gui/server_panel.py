@@ -1,6 +1,7 @@
 """The Server panel (Engine → Local API server…): starts and stops the OpenAI-compatible API
 for the model loaded in the window, and shows its address, its key, the requests in flight,
-the slots in use, each finished request's TTFT and tok/s, and a log.
+the slots in use, the models loaded (a request naming another installed model loads it beside
+the window's; Unload and Pin here), each finished request's TTFT and tok/s, and a log.
 
 The server runs inside the app on the same engine as the chat (EngineBridge.start_serving):
 a chat in the window while API streams run takes one of the slots.
@@ -13,6 +14,7 @@ import time
 from collections.abc import Callable
 
 from deskllm import settings as settings_mod
+from deskllm.gui.loaded_models import LoadedModelsTable, connect_actions, rows_of
 from deskllm.gui.qt import (
     QApplication,
     QCheckBox,
@@ -95,6 +97,8 @@ class ServerPanel(QDialog):
         self.buttons.button(QDialogButtonBox.StandardButton.Close).setToolTip(
             "Close this panel; a running server keeps serving")
         self.load = QLabel("")
+        self.loaded = LoadedModelsTable(self)
+        connect_actions(self.loaded, self.window_, self.refresh)
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(COLUMNS)
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
@@ -122,6 +126,8 @@ class ServerPanel(QDialog):
         layout.addWidget(self.start_button)
         layout.addWidget(self.status)
         layout.addWidget(self.load)
+        layout.addWidget(QLabel("Loaded models"))
+        layout.addWidget(self.loaded, 1)
         layout.addWidget(QLabel("Finished requests"))
         layout.addWidget(self.table, 2)
         layout.addWidget(QLabel("Log"))
@@ -216,6 +222,7 @@ class ServerPanel(QDialog):
         mine = " (one is this window's chat)" if self.bridge.streaming else ""
         self.load.setText(f"Requests in flight: {snap.running} answering, {snap.waiting} "
                           f"waiting · slots in use: {in_use} of {snap.slots}{mine}")  # fmt: skip
+        self.loaded.show_rows(rows_of(self.window_))
         self._add_replies(snap.replies)
         for seq, line in server.metrics.log_since(self._log_seq):
             self._log_seq = seq

@@ -7,7 +7,9 @@ thread of its own, from an engine the app has already loaded and keeps.
     server.stop()
 
 Same FastAPI app, guards and limits as `deskllm serve`; the app's own chat shares the engine
-(see deskllm.engine.slot_client), so the engine's slots are shared between the two.
+(see deskllm.engine.slot_client), so the engine's slots are shared between the two. Given the
+library (`installed`), a request naming another installed model loads it beside, in an engine
+of its own, kept and evicted as `deskllm serve` keeps them (deskllm.server.model_host).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from deskllm.engine.domain import Loaded
 from deskllm.server.app import create_app
 from deskllm.server.config import ServerConfig
 from deskllm.server.gateway import Gateway
+from deskllm.server.installed import InstalledModels
 from deskllm.server.metrics import ReplyRecord, ServerMetrics
 from deskllm.server.model_host import ModelHost
 from deskllm.server.runner import uvicorn_server
@@ -32,6 +35,23 @@ START_TIMEOUT_S = 15.0
 
 class ServerStartError(RuntimeError):
     """The server could not start listening (the reason is in words for the user)."""
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A model the server answers with now: the window's own (pinned: it is the chat's) or
+    one a request loaded beside it."""
+
+    model_id: str
+    memory_bytes: int  # the RAM the planner counted for it
+    slots: int
+    expires_in_s: float | None  # idle time left before it is unloaded; None: never
+    busy: bool
+    served: bool  # the window's own model (unloaded only with the window's)
+
+    @property
+    def pinned(self) -> bool:
+        return self.expires_in_s is None
 
 
 @dataclass(frozen=True)
@@ -57,6 +77,8 @@ class EmbeddedServer:
         config: ServerConfig,
         slots: int,
         gateway: Gateway | None = None,
+        installed: InstalledModels | None = None,
+        footprint_bytes: int = 0,
     ) -> None:
         if engine.params is None:
             raise ValueError("the engine has no model loaded")
@@ -64,7 +86,8 @@ class EmbeddedServer:
         self.slots = slots
         self.host = ModelHost(engine.params, model_id, max_queue=config.max_queue,
                               client=engine, parallel=slots, owns_client=False,
-                              gateway=gateway)  # fmt: skip
+                              gateway=gateway, installed=installed)  # fmt: skip
+        self.host.footprint_bytes = footprint_bytes
         self.host.serve_loaded(loaded)
         app = create_app(self.host, config, load_on_start=False)
         self.metrics: ServerMetrics = app.state.metrics
@@ -119,6 +142,22 @@ class EmbeddedServer:
         queue = self.host.queue
         return ServerSnapshot(self.url, self.host.model_id, self.slots, queue.running,
                               queue.waiting, self.metrics.recent_replies())  # fmt: skip
+
+    def loaded_models(self) -> list[LoadedModel]:
+        """The window's model first, then those loaded beside it, least recently used first."""
+        host = self.host
+        rows = [LoadedModel(host.model_id, host.footprint_bytes, host.parallel, None,
+                            host.queue.running + host.queue.waiting > 0, True)]  # fmt: skip
+        rows += [LoadedModel(e.model_id, e.footprint_bytes, e.queue.slots, e.expires_in(),
+                             e.busy, False) for e in host.loaded_extras()]  # fmt: skip
+        return rows
+
+    def unload(self, model_id: str) -> bool:
+        """Unload a model loaded beside the window's (its running replies end first)."""
+        return model_id != self.host.model_id and self.host.unload(model_id)
+
+    def pin(self, model_id: str, pinned: bool) -> bool:
+        return model_id != self.host.model_id and self.host.pin(model_id, pinned)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop listening; open streams end (their replies are cancelled first, so they

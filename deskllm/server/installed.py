@@ -8,6 +8,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from deskllm.engine.domain import LoadParams
 from deskllm.store.library import InstalledModel
@@ -37,11 +38,15 @@ def served_id(installed: InstalledModel | None, model_path: str) -> str:
 class InstalledModels:
     """`list` reads the library (called in a worker thread: it may open the database);
     `params_for` gives the load parameters of a model file; `remove` forgets a model and
-    deletes its file (Ollama's /api/delete; None: models cannot be deleted here)."""
+    deletes its file (Ollama's /api/delete; None: models cannot be deleted here); `pull`
+    downloads one (Ollama's /api/pull)."""
 
     list: Callable[[], list[InstalledModel]]
     params_for: Callable[[str], LoadParams]
     remove: Callable[[InstalledModel], None] | None = None
+    # Download a model from the Hub into the library (Ollama's /api/pull; None: not here):
+    # pull(repo, quant or None, on_progress, stop) -> the final Progress.
+    pull: Callable[..., Any] | None = None
 
     def by_id(self) -> dict[str, InstalledModel]:
         """Every installed model whose file is there, by a unique id: its name's api_id, or its
@@ -70,3 +75,15 @@ class InstalledModels:
         found = [(key, model) for key, model in models.items()
                  if short_id in key or short in Path(model.path).name.lower()]  # fmt: skip
         return found[0] if len(found) == 1 and short else None
+
+
+def library_models(db_path: Path | None = None) -> list[InstalledModel]:
+    """The library now (a model may be installed while a server runs), from any thread."""
+    from deskllm.database import open_database
+    from deskllm.store.library import ModelLibrary
+
+    db = open_database(db_path)
+    try:
+        return ModelLibrary(db).list()
+    finally:
+        db.close()

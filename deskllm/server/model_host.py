@@ -190,7 +190,7 @@ class ModelHost:
         try:
             loader = self._loader()
             loaded = loader.load(self.params)
-            self.footprint_bytes = _footprint(loader, self.params)
+            self.footprint_bytes = planned_ram(loader, self.params)
         except EngineError as exc:
             self._fail(str(exc))
         except Exception as exc:  # a bug: say so rather than serve 503 forever
@@ -350,7 +350,7 @@ class ModelHost:
                  loaded.conversation_ctx)  # fmt: skip
         return ExtraModel(model_id, loader.last_check.params if loader.last_check else params,
                           client, queue, loaded.conversation_ctx,
-                          _footprint(loader, params), self.keep_alive_s,
+                          planned_ram(loader, params), self.keep_alive_s,
                           installed=self.installed)  # fmt: skip
 
     def unload(self, name: str) -> bool:
@@ -362,6 +362,15 @@ class ModelHost:
                 del self.extras[extra.model_id]
         if extra is not None:
             extra.close()
+        return extra is not None
+
+    def pin(self, name: str, pinned: bool) -> bool:
+        """Keep the extra model `name` means loaded until unpinned (Ollama's keep_alive -1),
+        or give it back the server's keep-alive; False when none is loaded."""
+        with self._extras_lock:
+            extra = next((e for e in self.extras.values() if e.serves(name)), None)
+        if extra is not None:
+            extra.touch(-1.0 if pinned else self.keep_alive_s)
         return extra is not None
 
     def _reap(self) -> None:
@@ -410,7 +419,7 @@ def keep_alive(ttl: int | None) -> float | None:
     return None if ttl is None else float(ttl)
 
 
-def _footprint(loader: ModelLoader, params: LoadParams) -> int:
+def planned_ram(loader: ModelLoader, params: LoadParams) -> int:
     """The RAM the planner counted for the load `loader` just made (its file size without a
     plan)."""
     check = loader.last_check

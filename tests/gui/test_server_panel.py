@@ -155,3 +155,44 @@ def test_a_chat_from_before_the_server_is_restored_on_its_slot_not_read_again(qt
     assert second.metrics.cached_tokens >= first.metrics.prompt_tokens
     with qtbot.waitSignal(win.bridge.serving, timeout=REPLY_TIMEOUT_MS):
         win.bridge.stop_serving()
+
+
+def test_a_request_for_another_installed_model_loads_it_beside_and_the_views_show_it(
+    qtbot, window, quant_ladder
+):
+    """The window's API server loads an installed model a request names beside the window's
+    own (an engine of its own); the Server panel and Engine → Loaded models list both, with
+    their memory; Pin keeps it, Unload frees it, and the window's model stays."""
+    from deskllm.gui.loaded_models import LoadedModelsDialog
+
+    win = window
+    other = win.library.add(quant_ladder["Q8_0"], name="Second model (Q8_0)")
+    panel, server = start(qtbot, win, free_port(), slots=1)
+    api = openai.OpenAI(base_url=server.url, api_key="none", max_retries=0, timeout=300)
+    reply = api.chat.completions.create(model="second-model-q8_0", max_tokens=4, temperature=0,
+                                        messages=[{"role": "user", "content": "Hi"}])  # fmt: skip
+    assert reply.choices[0].message.content is not None
+    assert reply.model == "second-model-q8_0"
+    panel.refresh()
+    rows = panel.loaded.rows
+    assert [r.role for r in rows] == ["Chat and API server", "API server (loaded for a request)"]
+    extra = rows[1]
+    assert extra.model_id == "second-model-q8_0" and extra.can_unload and not extra.pinned
+    assert extra.memory_bytes >= other.size_bytes and extra.expires_in_s > 0
+    dialog = LoadedModelsDialog(win)
+    qtbot.addWidget(dialog)
+    dialog.refresh()
+    same = [(r.model_id, r.role, r.memory_bytes, r.slots) for r in dialog.table.rows]
+    assert same == [(r.model_id, r.role, r.memory_bytes, r.slots) for r in rows]  # Engine menu
+
+    dialog.table.pin_requested.emit("second-model-q8_0", True)
+    assert dialog.table.rows[1].pinned and dialog.table.item(1, 4).text() == "pinned"
+    cards = {m.id: m for m in api.models.list().data}
+    assert cards["second-model-q8_0"].model_extra["pinned"] is True
+    dialog.table.unload_requested.emit("second-model-q8_0")
+    assert [r.model_id for r in dialog.table.rows] == [rows[0].model_id]
+    cards = {m.id: m for m in api.models.list().data}
+    assert cards["second-model-q8_0"].model_extra["loaded"] is False
+    assert win.chat.model_ready and win.bridge.engine.loaded is not None
+    with qtbot.waitSignal(win.bridge.serving, timeout=REPLY_TIMEOUT_MS):
+        panel.start_button.click()  # stop

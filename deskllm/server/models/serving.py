@@ -35,7 +35,8 @@ def model_list(host: ModelHost) -> ModelList:
             cards.append(ModelCard(id=model_id, created=int(model.added_at),
                                    context_length=extra.n_ctx, loaded=True,
                                    memory_bytes=extra.footprint_bytes, slots=extra.queue.slots,
-                                   keep_alive_left_s=extra.expires_in(), pinned=False))  # fmt: skip
+                                   keep_alive_left_s=extra.expires_in(),
+                                   pinned=extra.keep_alive_s < 0))  # fmt: skip
     if host.gateway is not None:
         for name in host.gateway.model_ids():
             auto = host.gateway.needs_local(name)

@@ -1,5 +1,6 @@
 """Ollama's API on the same server and port: /api/chat, /api/generate, /api/embed,
-/api/embeddings, /api/tags, /api/show, /api/ps, /api/version, /api/delete. Errors are
+/api/embeddings, /api/tags, /api/show, /api/ps, /api/version, /api/delete, /api/pull (from
+the Hugging Face Hub: `hf.co/OWNER/REPO:QUANT`). Errors are
 Ollama's `{"error": "..."}` (errors.ApiError.body_for)."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from deskllm import __version__
+from deskllm.server import errors
 from deskllm.server.ollama import models
 from deskllm.server.ollama.protocol import (
     OllamaChatRequest,
@@ -18,7 +20,9 @@ from deskllm.server.ollama.protocol import (
     OllamaEmbedRequest,
     OllamaGenerateRequest,
     OllamaModelRequest,
+    OllamaPullRequest,
 )
+from deskllm.server.ollama.pull import hub_name, pull_lines
 from deskllm.server.ollama.serving import (
     NDJSON,
     OllamaServing,
@@ -114,3 +118,19 @@ async def version() -> dict:
 async def delete(body: OllamaModelRequest, request: Request) -> JSONResponse:
     await asyncio.to_thread(models.delete, request.app.state.host, body.target())
     return JSONResponse({})
+
+
+@router.post("/api/pull", responses=OLLAMA_MODEL_RESPONSES)
+async def pull(body: OllamaPullRequest, request: Request):
+    repo, selector = hub_name(body.target())  # 400 before any byte for another kind of name
+    installed = request.app.state.host.installed
+    if installed is None or installed.pull is None:
+        raise errors.bad_request("this server does not download models; run `deskllm download "
+                                 f"{repo}` or pull through `deskllm serve`", param="model")
+    lines = pull_lines(installed.pull, repo, selector)
+    if body.stream:
+        return _ndjson(ndjson(line) async for line in lines)
+    last: dict = {}
+    async for line in lines:
+        last = line
+    return JSONResponse(last, status_code=500 if "error" in last else 200)
