@@ -45,10 +45,18 @@ from pathlib import Path
 from deskllm.backends import AUTO, Resolver, routing
 from deskllm.backends.names import is_remote
 from deskllm.engine.client import EngineClient
-from deskllm.engine.domain import LoadParams, Metrics, PromptProgress, Sampling, TextDelta
+from deskllm.engine.domain import (
+    Error,
+    LoadParams,
+    Metrics,
+    PromptProgress,
+    Sampling,
+    TextDelta,
+)
 from deskllm.engine.errors import EngineError
 from deskllm.engine.reply import Reply
 from deskllm.engine.slot_client import SlotClient
+from deskllm.gui.model_menu import same_file
 from deskllm.gui.qt import QObject, Signal
 from deskllm.gui.tasks import TaskRunner
 from deskllm.loader import ModelLoader
@@ -352,6 +360,16 @@ class EngineBridge(QObject):
         if is_remote(model):
             remote = resolver.stored_remote(model)
             return ChatSession(remote, local.store, self._retrieve), remote.close
+        server, loaded = self.server, self.engine.params
+        if (server is not None and model and loaded is not None
+                and not same_file(model, loaded.model_path) and Path(model).is_file()):  # fmt: skip
+            # The API server runs: another model answers beside the window's (loaded there
+            # as a request naming it would be), instead of reloading the one both serve.
+            try:
+                engine, release = server.hold_model(model)
+            except EngineError as exc:
+                return ChatSession(_Refused(model, exc), local.store, self._retrieve), None
+            return ChatSession(SlotClient(engine), local.store, self._retrieve), release
         return local, None
 
     def _reserve(self) -> int:
@@ -511,3 +529,18 @@ class EngineBridge(QObject):
             except (McpConfigError, OSError):
                 log.exception("could not keep the always-allowed tool")
         return decision
+
+
+class _Refused:
+    """A chat backend that cannot answer, and says why in each reply (stored as an error
+    after the user's message, which is kept)."""
+
+    def __init__(self, label: str, error: EngineError) -> None:
+        self.label = label
+        self.error = error
+
+    def chat(self, *_args, **_options) -> Reply:
+        return Reply(iter([Error(None, self.error.reason, self.error.kind)]))
+
+    def cancel(self) -> None:
+        pass

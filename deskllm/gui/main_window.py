@@ -356,6 +356,8 @@ class MainWindow(QMainWindow):
         wanted = conversation.model
         if not wanted or same_file(wanted, self.model_path):
             return
+        if self.bridge.server is not None and Path(wanted).is_file():
+            return  # the API server runs: the chat's model answers beside the window's
         if not Path(wanted).is_file():
             self.statusBar().showMessage(
                 f"{Path(wanted).name} is missing; this chat uses "

@@ -3,6 +3,7 @@ answer every failure in OpenAI's shape (FastAPI's 422 becomes OpenAI's 400)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -63,6 +64,7 @@ def create_app(host: ModelHost, config: ServerConfig, *, load_on_start: bool = T
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        host.loop = asyncio.get_running_loop()  # for callers on other threads (the window)
         if load_on_start:
             host.start_loading()
         try:

@@ -14,14 +14,19 @@ of its own, kept and evicted as `deskllm serve` keeps them (deskllm.server.model
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from deskllm.engine.client import EngineClient
 from deskllm.engine.domain import Loaded
+from deskllm.engine.errors import EngineError, ErrorKind
 from deskllm.server.app import create_app
 from deskllm.server.config import ServerConfig
+from deskllm.server.extra_model import ExtraModel
 from deskllm.server.gateway import Gateway
 from deskllm.server.installed import InstalledModels
 from deskllm.server.metrics import ReplyRecord, ServerMetrics
@@ -151,6 +156,37 @@ class EmbeddedServer:
         rows += [LoadedModel(e.model_id, e.footprint_bytes, e.queue.slots, e.expires_in(),
                              e.busy, False) for e in host.loaded_extras()]  # fmt: skip
         return rows
+
+    def hold_model(
+        self, model_path: str, timeout_s: float = 600.0
+    ) -> tuple[EngineClient, Callable[[], None]]:
+        """The engine of an installed model file other than the window's, loaded beside it
+        now if it is not (as a request naming it would: evicting idle models by memory), held
+        (never unloaded) until the returned release is called: the window's chat on another
+        model while the server runs, without reloading the window's. Blocking: call it from a
+        worker thread. Raises EngineError with the reason it cannot be loaded."""
+        from deskllm.server.errors import ApiError
+
+        host = self.host
+        if host.installed is None or host.loop is None:
+            raise EngineError("the server does not load other models")
+        name = Path(model_path).name
+        try:
+            asyncio.run_coroutine_threadsafe(host.use(name), host.loop).result(timeout_s)
+        except ApiError as exc:  # (does not fit, not installed): in the chat's words
+            kind = ErrorKind.TOO_BIG if exc.code == "model_does_not_fit" else ErrorKind.ERROR
+            raise EngineError(exc.message, kind) from None
+        target = host.target(name)
+        if not isinstance(target, ExtraModel):
+            raise EngineError(f"{name} is not in the library: add it in the Models tab")
+        target.held += 1
+        target.touch()
+
+        def release() -> None:
+            target.held -= 1
+            target.touch()
+
+        return target.client, release
 
     def unload(self, model_id: str) -> bool:
         """Unload a model loaded beside the window's (its running replies end first)."""

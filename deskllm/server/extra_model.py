@@ -44,9 +44,11 @@ class ExtraModel:
     def serves(self, name: str) -> bool:
         return names_model(name, self.model_id, Path(self.params.model_path), self.aliases)
 
+    held: int = 0  # replies of the window's own chat writing with it now (not queued here)
+
     @property
     def busy(self) -> bool:
-        return self.queue.waiting + self.queue.running > 0
+        return self.queue.waiting + self.queue.running + self.held > 0
 
     def touch(self, keep_alive_s: float | None = None) -> None:
         self.last_used = time.monotonic()

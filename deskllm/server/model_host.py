@@ -88,6 +88,7 @@ class ModelHost:
         self._open_db = open_db
         self._switching = asyncio.Lock()  # one switch at a time; requests for it wait here
         self.loaded_event = threading.Event()
+        self.loop: asyncio.AbstractEventLoop | None = None  # the server's, once it runs
         self.on_failure: Callable[[str], None] | None = None
         self.restart_cause: str | None = None  # why the engine is restarting, while RESTARTING
         self._state_lock = threading.Lock()  # STOPPING is never undone by a load or restart

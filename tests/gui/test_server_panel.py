@@ -196,3 +196,29 @@ def test_a_request_for_another_installed_model_loads_it_beside_and_the_views_sho
     assert win.chat.model_ready and win.bridge.engine.loaded is not None
     with qtbot.waitSignal(win.bridge.serving, timeout=REPLY_TIMEOUT_MS):
         panel.start_button.click()  # stop
+
+
+def test_while_serving_a_chat_on_another_model_is_answered_beside_without_a_reload(
+    qtbot, window, quant_ladder
+):
+    win = window
+    other = win.library.add(quant_ladder["Q8_0"], name="Beside (Q8_0)")
+    panel, server = start(qtbot, win, free_port(), slots=1)
+    engine = win.bridge.engine
+    loads, served = engine.loads, server.host.model_id
+    cid = win.chat.conversation_id
+    win.store.update(cid, model=other.path)
+    win.chat.show_conversation(cid)
+    set_sampling(win, max_tokens=6, temperature=0.0)
+    final = send_and_wait(qtbot, win, "Hello")
+    assert isinstance(final, Done), final
+    reply = win.store.messages(cid)[-1]
+    assert reply.status == "complete" and reply.content
+    assert reply.model == other.path  # written by the other model
+    assert engine.loads == loads and server.host.model_id == served  # the window's stays
+    extra = server.host.loaded_extras()
+    assert [e.model_id for e in extra] == ["beside-q8_0"] and extra[0].held == 0
+    panel.refresh()
+    assert [r.model_id for r in panel.loaded.rows][1:] == ["beside-q8_0"]
+    with qtbot.waitSignal(win.bridge.serving, timeout=REPLY_TIMEOUT_MS):
+        panel.start_button.click()  # stop
