@@ -5,15 +5,17 @@ beside the served one when a request names it. Prints one JSON object.
     .venv/bin/python bench/models.py [--rounds 5] [--threads 2]
 
 Server 1 (no budget: every model fits):
-  load          each copy's plain load: unloaded (Ollama's keep_alive 0), then loaded with
-                nothing to answer (a generate with no prompt), timed; then its first TTFT.
+  load          each copy's plain load, `--rounds` times: unloaded (Ollama's keep_alive 0),
+                then loaded with nothing to answer (a generate with no prompt), timed; then
+                its first TTFT. The medians are that model's plain load and TTFT.
   repeat        the same short chat to the served model, `--rounds` × 2 times: TTFT each.
   alternate     the same chat to the served model and the Q8_0 copy in turn (both loaded).
 Server 2 (`--memory-budget` = the served model's memory + 1.3 × the largest copy's, as
 /v1/models reported them on server 1: room for the served model and one copy):
   swaps         Q8_0, Q6_K, Q5_K_M, Q8_0, Q6_K, ...: each request loads its model and unloads
                 the one before (least recently used); its wall time against that model's
-                plain load plus first TTFT.
+                plain load plus first TTFT (from the second round: each model's first load
+                in a server process is not timed on either server).
   resume        a ~700-token conversation on Q8_0 (its own `user`), Q6_K loaded (Q8_0
                 evicted, its KV state saved), then the conversation's next turn on Q8_0:
                 cached_tokens over prompt_tokens.
@@ -23,7 +25,8 @@ Keys:
   requests_failed               requests without an answer (target 0)
   oom                           engines that died (deskllm_engine_restarts_total; target 0)
   eviction_order_lru            every eviction took the least recently used idle model
-  swap_over_load                worst swap time / (plain load + first TTFT) (target <= 1.1)
+  swap_over_load                worst swap time / (median plain load + median first TTFT)
+                                (target <= 1.1); swap_over_load_p50 the median swap
   evicted_resume_cached_share   the resumed conversation's cached share (target >= 0.9)
 """
 
@@ -135,13 +138,18 @@ def server_one(home: Path, args: argparse.Namespace, result: dict, failed: list)
         loads = {}
         for model in COPIES.values():
             generate(url, model, "10m")  # loaded once (files read into the page cache)
-            generate(url, model, 0)  # unloaded
-            started = time.perf_counter()
-            generate(url, model, "10m")
-            load_s = time.perf_counter() - started
-            first = ttft(url, model, ASK)
-            failed += ["error" in first]
-            loads[model] = {"load_s": load_s, "first_ttft_s": first.get("ttft", 0.0)}
+            times, firsts = [], []
+            for _ in range(args.rounds):  # a load varies by a fifth: its median, not one
+                generate(url, model, 0)  # unloaded
+                started = time.perf_counter()
+                generate(url, model, "10m")
+                times.append(time.perf_counter() - started)
+                first = ttft(url, model, ASK)
+                failed += ["error" in first]
+                firsts.append(first.get("ttft", 0.0))
+            loads[model] = {"load_s": statistics.median(times),
+                            "first_ttft_s": statistics.median(firsts),
+                            "load_samples_s": [round(t, 3) for t in times]}  # fmt: skip
         result["loads"] = loads
         footprints = {m: c["memory_bytes"] for m, c in loaded(url).items()}
         repeat, alternate = [], []
@@ -170,7 +178,7 @@ def server_two(home: Path, args: argparse.Namespace, footprints: dict, result: d
     result["memory_budget_gib"] = round(budget, 4)
     process, url = start(home, args.threads, "--memory-budget", f"{budget:.4f}")
     try:
-        order, lru_ok, ratios = list(COPIES.values()), True, []
+        order, lru_ok, ratios, swaps = list(COPIES.values()), True, [], []
         previous: str | None = None
         for i in range(args.rounds * len(order)):
             model = order[i % len(order)]
@@ -182,13 +190,15 @@ def server_two(home: Path, args: argparse.Namespace, footprints: dict, result: d
             # The only other copy loaded was the one used just before: it must be the one
             # unloaded, and the asked one must be there alone.
             lru_ok &= now == {model} and (previous is None or previous not in now)
-            if previous is not None:
-                plain = result["loads"][model]
+            if i >= len(order):  # each model's first load in this server is not timed, as
+                plain = result["loads"][model]  # on server one (file and header caches)
                 ratios.append(took / (plain["load_s"] + plain["first_ttft_s"]))
+                swaps.append(round(took, 3))
             previous = model
         result["eviction_order_lru"] = lru_ok
         result["swap_over_load"] = round(max(ratios), 3)
         result["swap_over_load_p50"] = round(statistics.median(ratios), 3)
+        result["swap_samples_s"] = swaps
         result["evictions"] = int(metric(url, "deskllm_model_evictions_total"))
         # A conversation evicted with its model, and resumed.
         turns = [{"role": "system", "content": LONG}, *ASK]

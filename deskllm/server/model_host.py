@@ -15,6 +15,7 @@ With a `gateway` it also answers `auto` (the router on the served model) and rem
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import threading
@@ -22,6 +23,8 @@ import time
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
+
+import psutil
 
 from deskllm.engine.backend import ChatBackend
 from deskllm.engine.client import EngineClient
@@ -97,6 +100,8 @@ class ModelHost:
         # Models loaded on demand beside the served one, by id; changed in the event loop
         # (use) and by the reaper thread, under _extras_lock.
         self.extras: dict[str, ExtraModel] = {}
+        # Evicted engines shutting down, with the memory they are about to give back.
+        self._unloading: list[tuple[threading.Thread, int]] = []
         self._extras_lock = threading.Lock()
         self.keep_alive_s = keep_alive_s
         self.memory_budget = memory_budget  # bytes every loaded model shares; None: free RAM
@@ -170,6 +175,8 @@ class ModelHost:
             if primary:
                 mapped.append(Path(self.params.model_path))
             left = report.memory.available_bytes - sum(_size(p) for p in mapped)
+            # An evicted engine still exiting holds memory that is as good as free.
+            left += sum(memory for closing, memory in self._unloading if closing.is_alive())
         memory = dataclasses.replace(report.memory, available_bytes=max(1, left))
         return dataclasses.replace(report, memory=memory)
 
@@ -299,25 +306,40 @@ class ModelHost:
         with self._extras_lock:
             idle = sorted((e for e in self.extras.values() if not e.busy),
                           key=lambda e: e.last_used)  # fmt: skip
-        try:
-            await asyncio.to_thread(self._check, params, frozenset(e.model_id for e in idle))
-        except EngineError:
-            raise _load_error(model_id, self._budget_note(refusal)) from None
+        # The fewest least recently used idle models whose memory makes room (the planner
+        # counting them as unloaded); none is unloaded when even all of them would not do.
+        victims: list[ExtraModel] = []
         for victim in idle:
-            with self._extras_lock:
-                if victim.busy or self.extras.get(victim.model_id) is not victim:
-                    continue  # taken meanwhile: it stays
-                del self.extras[victim.model_id]
+            victims.append(victim)
+            try:
+                await asyncio.to_thread(self._check, params,
+                                        frozenset(v.model_id for v in victims))  # fmt: skip
+                break
+            except EngineError as exc:
+                refusal = exc
+        else:
+            raise _load_error(model_id, self._budget_note(refusal))
+        with self._extras_lock:
+            if any(v.busy or self.extras.get(v.model_id) is not v for v in victims):
+                taken = True  # one was asked for meanwhile: it stays; plan again
+            else:
+                taken = False
+                for victim in victims:
+                    del self.extras[victim.model_id]
+        if taken:
+            return await self._make_room(params, model_id)
+        for victim in victims:
             log.info("unloading %s (least recently used) to make room for %s",
                      victim.model_id, model_id)  # fmt: skip
             self.evictions.append(victim.model_id)
-            await asyncio.to_thread(victim.close)
-            try:
-                await asyncio.to_thread(self._check, params)
-                return
-            except EngineError as exc:
-                refusal = exc
-        raise _load_error(model_id, self._budget_note(refusal))
+            # Its engine saves its KV states and exits while the new model loads (a new
+            # engine takes half a second to start before it holds much memory): the swap
+            # does not wait for the shutdown too.
+            closing = threading.Thread(target=_unload, args=(victim,),
+                                       name=f"unload-{victim.model_id}")  # fmt: skip
+            closing.start()
+            self._unloading = [u for u in self._unloading if u[0].is_alive()]
+            self._unloading.append((closing, victim.footprint_bytes))
 
     def _budget_note(self, exc: EngineError) -> EngineError:
         if self.memory_budget is None:
@@ -397,6 +419,8 @@ class ModelHost:
             extras, self.extras = list(self.extras.values()), {}
         for extra in extras:
             extra.close()
+        for closing, _memory in self._unloading:
+            closing.join()  # evicted engines finish saving their KV states and exit
         self.queue.close()
         if self.gateway is not None:
             self.gateway.close()
@@ -418,6 +442,15 @@ def _load_error(model_id: str, exc: EngineError) -> errors.ApiError:
 def keep_alive(ttl: int | None) -> float | None:
     """LM Studio's `ttl` (seconds; -1: keep) as use()'s keep_alive_s."""
     return None if ttl is None else float(ttl)
+
+
+def _unload(extra: ExtraModel) -> None:
+    """An evicted model's engine closed at the lowest CPU priority: its KV states saved and
+    its process ended without slowing the load that took its place."""
+    with contextlib.suppress(Exception):  # (a process already gone has no priority)
+        if extra.client.pid is not None:
+            psutil.Process(extra.client.pid).nice(19)
+    extra.close()
 
 
 def planned_ram(loader: ModelLoader, params: LoadParams) -> int:
