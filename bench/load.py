@@ -26,7 +26,26 @@ Keys per model (medians over the rounds), and at the top level the worst across 
   prefix_wave_kv_cells_used            deskllm's /metrics deskllm_kv_cells{state="used"}
                                        after the wave, over (P + S + replies) (target <= 1.2)
   one_conversation_pool_share          the pool share (target >= 0.9; fixed slots: 0.25)
-Not measured yet: the open-loop (Poisson) load with TTFT/ITL percentiles and goodput.
+
+  open loop     --parallel 8, --ctx 2048: requests arrive at random (Poisson) at each of
+                `--rates` requests/s for `--seconds` each, whether earlier ones finished or
+                not, from one seeded mix: half the shared system prompt above with a short
+                question (32 tokens out), three in ten a turn of one of six chats that come
+                back with their history (24 out, `user` set), two in ten a long single
+                prompt of ~600 tokens (48 out); greedy, ignore_eos. Per rate and server: TTFT
+                p50/p95/p99, inter-token latency p50/p95 (over every gap between text
+                chunks), end-to-end p50/p95, output tok/s (completion tokens over the span
+                from the first request sent to the last reply done), and goodput: requests
+                per second of the rate's window that met TTFT <= --ttft-slo (2 s) and their
+                own ITL p95 <= --itl-slo (0.15 s).
+  goodput_over_llama_server            deskllm's goodput / llama-server's at the first rate
+                                       where llama-server's TTFT p95 passes the TTFT SLO (the
+                                       highest rate when it never does) (target >= 1.2)
+
+The harness is written here rather than taken from guidellm: guidellm drives one server per
+run with its own request synthesis and reports per-benchmark summaries; comparing two servers
+on one seeded mix of shared prefixes and returning chats, with our own SLO, is shorter to say
+directly.
 """
 
 from __future__ import annotations
@@ -34,11 +53,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import random
 import signal
 import statistics
 import subprocess
 import sys
 import threading
+import time
 
 import httpx2
 from serve import LLAMA_SERVER, add_worst, each_model, free_port, stop, stream_chat, wait_ready
@@ -170,6 +191,105 @@ def pool_share(model: str, args: argparse.Namespace, extra: bool) -> float:
         stop(process)
 
 
+LONG_WORDS = ("river", "stone", "window", "garden", "letter", "engine", "market", "winter")
+
+
+def open_loop_requests(n: int, seed: int = 7) -> list[tuple[list[dict], int, str | None]]:
+    """The seeded mix: (messages, max_tokens, user) for each of `n` arrivals. A returning chat
+    carries its earlier turns (the replies as text the client kept: a fixed stand-in, so both
+    servers get the same prompts)."""
+    rng = random.Random(seed)
+    chats: list[list[dict]] = [[] for _ in range(6)]
+    out = []
+    for i in range(n):
+        kind = rng.random()
+        if kind < 0.5:
+            question = QUESTIONS[rng.randrange(len(QUESTIONS))]
+            out.append(([{"role": "system", "content": SYSTEM},
+                         {"role": "user", "content": question}], 32, None))  # fmt: skip
+        elif kind < 0.8:
+            c = rng.randrange(len(chats))
+            chats[c] = chats[c] + [{"role": "user", "content": f"Turn {i}: tell me more."}]
+            out.append((list(chats[c]), 24, f"chat-{c}"))
+            chats[c].append({"role": "assistant", "content": f"Here is more, part {i}."})
+        else:
+            words = " ".join(rng.choice(LONG_WORDS) for _ in range(450))
+            out.append(([{"role": "user", "content": f"Summarise: {words}"}], 48, None))
+    return out
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1)]
+
+
+def open_loop_rate(url: str, name: str, rate: float, args: argparse.Namespace) -> dict:
+    """Arrivals at `rate` per second for args.seconds (seeded), each a streamed request on
+    its own thread; the figures once every reply ended."""
+    rng = random.Random(int(rate * 1000))
+    arrivals, at = [], 0.0
+    while True:
+        at += rng.expovariate(rate)
+        if at >= args.seconds:
+            break
+        arrivals.append(at)
+    requests = open_loop_requests(len(arrivals))
+    outs: list[dict] = [{} for _ in arrivals]
+    threads = []
+    started = time.perf_counter()
+    for when, (messages, tokens, user), out in zip(arrivals, requests, outs, strict=True):
+        time.sleep(max(0.0, started + when - time.perf_counter()))
+        body = {"model": name, "messages": messages, "stream": True, "temperature": 0,
+                "max_tokens": tokens, "ignore_eos": True,
+                "stream_options": {"include_usage": True}}  # fmt: skip
+        if user:
+            body["user"] = user
+        thread = threading.Thread(target=stream_chat, args=(url, body, out))
+        thread.start()
+        threads.append(thread)
+    for thread in threads:
+        thread.join()
+    done = [o for o in outs if "error" not in o and "first" in o]
+    ttft = [o["first"] - o["sent"] for o in done]
+    gaps = [b - a for o in done for a, b in zip(o["times"], o["times"][1:], strict=False)]
+    e2e = [o["end"] - o["sent"] for o in done]
+    tokens = sum(o.get("tokens", 0) for o in done)
+    span = max((o["end"] for o in outs), default=started) - started
+    good = sum(o["first"] - o["sent"] <= args.ttft_slo
+               and (percentile([b - a for a, b in zip(o["times"], o["times"][1:],
+                                                      strict=False)], 0.95) or 0.0)
+               <= args.itl_slo for o in done)  # fmt: skip
+    return {
+        "rate": rate, "requests": len(outs), "failed": len(outs) - len(done),
+        "ttft_p50_s": percentile(ttft, 0.5), "ttft_p95_s": percentile(ttft, 0.95),
+        "ttft_p99_s": percentile(ttft, 0.99), "itl_p50_s": percentile(gaps, 0.5),
+        "itl_p95_s": percentile(gaps, 0.95), "e2e_p50_s": percentile(e2e, 0.5),
+        "e2e_p95_s": percentile(e2e, 0.95),
+        "output_tps": tokens / span if span > 0 else None,
+        "goodput_rps": good / args.seconds,
+    }  # fmt: skip
+
+
+def open_loop(kind: str, model: str, args: argparse.Namespace, extra: bool) -> list[dict]:
+    process, url = start(kind, model, args.threads, WAVE_SLOTS, WAVE_CTX, extra)
+    try:
+        name = model_id(url)
+        at_once(url, name, [([{"role": "user", "content": "Hi"}], 4)])  # warm
+        return [open_loop_rate(url, name, rate, args) for rate in args.rates]
+    finally:
+        stop(process)
+
+
+def goodput_ratio(desk: list[dict], peer: list[dict], slo: float) -> float | None:
+    """deskllm's goodput over llama-server's at the first rate where llama-server's TTFT p95
+    passes the SLO (the last rate when it never does)."""
+    at = next((i for i, r in enumerate(peer) if (r["ttft_p95_s"] or 0) > slo), len(peer) - 1)
+    theirs = peer[at]["goodput_rps"]
+    return desk[at]["goodput_rps"] / theirs if theirs else None
+
+
 def measure(model: str, args: argparse.Namespace) -> dict:
     from deskllm.engine.extra_bufts_probe import extra_bufts_work
 
@@ -189,12 +309,19 @@ def measure(model: str, args: argparse.Namespace) -> dict:
             "prefix_tokens": peer["prefix"], "other_tokens": peer["rest"],
             "one_conversation_pool_share": pool_share(model, args, extra),
         })  # fmt: skip
-    result = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
-    return result | {"path": model, "rounds": rounds}
+    result = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]} if rounds else {}
+    result |= {"path": model, "rounds": rounds}
+    if args.rates:
+        desk = open_loop("deskllm", model, args, extra)
+        peer = open_loop("llama-server", model, args, extra)
+        result |= {"open_loop": {"deskllm": desk, "llama_server": peer},
+                   "goodput_over_llama_server": goodput_ratio(desk, peer, args.ttft_slo)}
+    return result
 
 
 WORST = {"prefix_wave_eval_ratio": max, "prefix_wave_ttft8_over_llama_server": max,
-         "prefix_wave_kv_cells_used": max, "one_conversation_pool_share": min}  # fmt: skip
+         "prefix_wave_kv_cells_used": max, "one_conversation_pool_share": min,
+         "goodput_over_llama_server": min}  # fmt: skip
 
 
 def main() -> int:
@@ -202,8 +329,17 @@ def main() -> int:
     parser.add_argument("--model", action="append", default=None,
                         help="a .gguf path or installed name; repeat for more models")  # fmt: skip
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="prefix-wave rounds (0: the open loop only)")  # fmt: skip
+    parser.add_argument("--rates", default="0.25,0.5,1,2",
+                        help="open-loop arrival rates, requests/s, comma-separated ('' skips it)")
+    parser.add_argument("--seconds", type=float, default=60.0,
+                        help="how long arrivals come at each rate")  # fmt: skip
+    parser.add_argument("--ttft-slo", type=float, default=2.0, help="goodput's TTFT bound (s)")
+    parser.add_argument("--itl-slo", type=float, default=0.15,
+                        help="goodput's bound on a request's inter-token latency p95 (s)")
     args = parser.parse_args()
+    args.rates = [float(r) for r in args.rates.split(",") if r.strip()]
     if not LLAMA_SERVER.is_file():
         parser.error(f"{LLAMA_SERVER} is missing: run packaging/build_llama_server.sh")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # still stop the servers

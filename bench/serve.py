@@ -220,9 +220,10 @@ def stream(url: str, prompt: str, tokens: int, out: dict,
 
 def stream_chat(url: str, body: dict, out: dict,
                 stop_event: threading.Event | None = None) -> None:  # fmt: skip
-    """One streamed chat request read as raw SSE; `out` gets sent, first (first text) and end
-    times, usage and timings (where the server sends them), tokens (the usage figure, else the
-    text chunks counted), finished (a finish reason came) and error (an HTTP failure).
+    """One streamed chat request read as raw SSE; `out` gets sent, first (first text), each
+    text chunk's (times) and end times, usage and timings (where the server sends them),
+    tokens (the usage figure, else the text chunks counted), finished (a finish reason came)
+    and error (an HTTP failure).
     `stop_event`: leave once it is set (closing the connection ends the reply)."""
     out["sent"] = time.perf_counter()
     chunks = 0
@@ -241,7 +242,9 @@ def stream_chat(url: str, body: dict, out: dict,
                 choices = chunk.get("choices") or [{}]
                 if (choices[0].get("delta") or {}).get("content"):
                     chunks += 1
-                    out.setdefault("first", time.perf_counter())
+                    now = time.perf_counter()
+                    out.setdefault("first", now)
+                    out.setdefault("times", []).append(now)  # inter-token latencies
                 if choices[0].get("finish_reason"):
                     out["finished"] = True
                 if stop_event is not None and stop_event.is_set():

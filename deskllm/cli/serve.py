@@ -142,8 +142,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                                     speculation=args.speculation)  # fmt: skip
 
     # A request naming another installed model loads it with the same settings and flags.
-    library_models = InstalledModels(library_models, params_for, _remove_installed,
-                                     _pull_model)  # fmt: skip
+    installed_models = InstalledModels(library_models, params_for, _remove_installed,
+                                       _pull_model)  # fmt: skip
     params = params_for(model_path)
     slots = settings.server_slots if parallel is None else parallel
     if slots == 0:
@@ -155,7 +155,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     gateway = Gateway(open_database, escalate_share(settings.router_escalate))
     budget = int(args.memory_budget * (1 << 30)) if args.memory_budget else None
     host = ModelHost(params, model_id, max_queue=args.max_queue, open_db=open_database,
-                     parallel=slots, installed=library_models, gateway=gateway,
+                     parallel=slots, installed=installed_models, gateway=gateway,
                      keep_alive_s=KEEP_ALIVE_S if keep_alive is None else keep_alive,
                      memory_budget=budget)  # fmt: skip
     print(f"deskllm: serving {model_id} at http://{args.host}:{args.port}/v1 with {slots} "
