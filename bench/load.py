@@ -34,8 +34,10 @@ Keys per model (medians over the rounds), and at the top level the worst across 
                 back with their history (24 out, `user` set), two in ten a long single
                 prompt of ~600 tokens (48 out); greedy, ignore_eos. Per rate and server: TTFT
                 p50/p95/p99, inter-token latency p50/p95 (over every gap between text
-                chunks), end-to-end p50/p95, output tok/s (completion tokens over the span
-                from the first request sent to the last reply done), and goodput: requests
+                chunks: llama-server sends a token a chunk, deskllm the text of ~50 ms,
+                so its figure is a gap between several tokens), end-to-end p50/p95, output
+                tok/s (completion tokens over the span from the first request sent to the
+                last reply done), and goodput: requests
                 per second of the rate's window that met TTFT <= --ttft-slo (2 s) and their
                 own ITL p95 <= --itl-slo (0.15 s).
   goodput_over_llama_server            deskllm's goodput / llama-server's at the first rate
@@ -235,7 +237,7 @@ def open_loop_rate(url: str, name: str, rate: float, args: argparse.Namespace) -
         if at >= args.seconds:
             break
         arrivals.append(at)
-    requests = open_loop_requests(len(arrivals))
+    requests = open_loop_requests(len(arrivals), seed=7 + int(rate * 1000))  # fresh prompts
     outs: list[dict] = [{} for _ in arrivals]
     threads = []
     started = time.perf_counter()
@@ -276,7 +278,10 @@ def open_loop(kind: str, model: str, args: argparse.Namespace, extra: bool) -> l
     process, url = start(kind, model, args.threads, WAVE_SLOTS, WAVE_CTX, extra)
     try:
         name = model_id(url)
-        at_once(url, name, [([{"role": "user", "content": "Hi"}], 4)])  # warm
+        # Warm: the shared system prompt read once (both servers keep it), a long prompt.
+        at_once(url, name, [(messages, 4) for messages, _n, _user in open_loop_requests(40)
+                            if messages[0]["role"] == "system"][:1])  # fmt: skip
+        at_once(url, name, [([{"role": "user", "content": "Hi"}], 4)])
         return [open_loop_rate(url, name, rate, args) for rate in args.rates]
     finally:
         stop(process)
