@@ -10,7 +10,6 @@ import json
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
 from deskllm.tools.advice import small_model_note
@@ -241,9 +240,7 @@ def ask_consent(call, store: McpConfig) -> str:
               f"{call.name})]", file=sys.stderr)  # fmt: skip
         return "deny"
     if answer.startswith("a"):
-        server = call.tool.server
-        store.update(server, lambda s: replace(s, always_allow=tuple(
-            sorted({*s.always_allow, call.tool.remote_name}))))  # fmt: skip
+        store.allow_always(call.tool.server, call.tool.remote_name)
         return "always"
     return "once" if answer.startswith("o") or answer == "y" else "deny"
 

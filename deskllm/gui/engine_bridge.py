@@ -39,7 +39,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
 from deskllm.backends import AUTO, Resolver, routing
@@ -522,10 +521,8 @@ class EngineBridge(QObject):
                 self._consents.pop(call.id, None)
         decision = waiting[1][0] if not cancel.is_set() else "deny"
         if decision == "always" and call.tool is not None and self.mcp_config is not None:
-            tool = call.tool
             try:
-                self.mcp_config.update(tool.server, lambda s: replace(s, always_allow=tuple(
-                    sorted({*s.always_allow, tool.remote_name}))))  # fmt: skip
+                self.mcp_config.allow_always(call.tool.server, call.tool.remote_name)
             except (McpConfigError, OSError):
                 log.exception("could not keep the always-allowed tool")
         return decision

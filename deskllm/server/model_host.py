@@ -390,11 +390,7 @@ class ModelHost:
     def pin(self, name: str, pinned: bool) -> bool:
         """Keep the extra model `name` means loaded until unpinned (Ollama's keep_alive -1),
         or give it back the server's keep-alive; False when none is loaded."""
-        with self._extras_lock:
-            extra = next((e for e in self.extras.values() if e.serves(name)), None)
-        if extra is not None:
-            extra.touch(-1.0 if pinned else self.keep_alive_s)
-        return extra is not None
+        return self._touch(name, -1.0 if pinned else self.keep_alive_s)
 
     def _reap(self) -> None:
         """Unload extra models whose keep-alive ran out while idle."""

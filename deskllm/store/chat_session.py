@@ -156,9 +156,6 @@ class ChatSession:
             if sources:
                 metrics = metrics | {"sources": sources}
             writer.finish(status, metrics)
-            answered = metrics.get("model")  # a router's reply names the model that answered
-            if isinstance(answered, str) and answered != model:
-                self.store.db["messages"].update(writer.message_id, {"model": answered})
 
         engine_reply = self.client.chat(
             conversation_id, history, sampling, continue_reply=continued is not None

@@ -347,6 +347,9 @@ class ConversationStore:
             row["reasoning"] = reasoning
         if tool_calls:
             row["tool_calls"] = json.dumps(tool_calls)
+        answered = (metrics or {}).get("model")  # a router's reply names the model that answered
+        if isinstance(answered, str):
+            row["model"] = answered
         self.db["messages"].update(message_id, row)
 
     def mark_streaming_interrupted(self) -> int:

@@ -143,6 +143,11 @@ class McpConfig:
         self.put(server)
         return server
 
+    def allow_always(self, name: str, tool: str) -> McpServer:
+        """Run server `name`'s `tool` (as the server names it) without asking from now on."""
+        return self.update(name, lambda s: replace(s, always_allow=tuple(
+            sorted({*s.always_allow, tool}))))  # fmt: skip
+
     def import_file(self, path: Path, replace_existing: bool = False) -> list[str]:
         """The servers of another app's mcp.json (Claude Desktop, LM Studio, Cursor): the names
         added. A name already configured is kept unless `replace_existing`."""

@@ -80,9 +80,6 @@ def stored_tool_turn(
         w.finish(status, metrics, [
             {"id": c.id, "name": c.name, "arguments": c.arguments,
              "server": c.tool.server if c.tool else None} for c in calls])  # fmt: skip
-        answered = metrics.get("model")  # a router's reply names the model that answered
-        if isinstance(answered, str) and answered != model:
-            store.db["messages"].update(w.message_id, {"model": answered})
         writer = None
         last_reply[:] = [w.message_id]
         if on_stored is not None:
