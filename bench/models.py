@@ -13,9 +13,10 @@ Server 1 (no budget: every model fits):
 Server 2 (`--memory-budget` = the served model's memory + 1.3 × the largest copy's, as
 /v1/models reported them on server 1: room for the served model and one copy):
   swaps         Q8_0, Q6_K, Q5_K_M, Q8_0, Q6_K, ...: each request loads its model and unloads
-                the one before (least recently used); its wall time against that model's
-                plain load plus first TTFT (from the second round: each model's first load
-                in a server process is not timed on either server).
+                the one before (least recently used); the request's time to its first
+                text (the unload, the load and the first token) against that model's plain
+                load plus first TTFT (from the second round: each model's first load in a
+                server process is not timed on either server).
   resume        a ~700-token conversation on Q8_0 (its own `user`), Q6_K loaded (Q8_0
                 evicted, its KV state saved), then the conversation's next turn on Q8_0:
                 cached_tokens over prompt_tokens.
@@ -182,9 +183,10 @@ def server_two(home: Path, args: argparse.Namespace, footprints: dict, result: d
         previous: str | None = None
         for i in range(args.rounds * len(order)):
             model = order[i % len(order)]
-            started = time.perf_counter()
             out = ttft(url, model, ASK)
-            took = time.perf_counter() - started
+            # Sent to first text, as the plain load + first TTFT it is set against (the rest
+            # of the reply is no part of a swap).
+            took = out.get("ttft", 0.0)
             failed.append("error" in out)
             now = set(loaded(url)) - {SERVED}
             # The only other copy loaded was the one used just before: it must be the one

@@ -27,6 +27,19 @@ def starter_model() -> Path:
     return path
 
 
+# A second architecture (sliding-window attention, another vocabulary) that CI fetches with
+# bench/fetch_gemma.sh; a machine without it skips the tests that need it.
+GEMMA = Path(os.environ.get("DESKLLM_GEMMA") or Path.home() / ".cache" / "deskllm-bench"
+             / "gemma-3-270m-q4_k_m.gguf")  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def gemma_model() -> Path:
+    if not GEMMA.is_file():
+        pytest.skip(f"Gemma 3 270M is not at {GEMMA} (bench/fetch_gemma.sh puts it there)")
+    return GEMMA
+
+
 @pytest.fixture(scope="session")
 def session_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("session-home")

@@ -1,8 +1,9 @@
 """`deskllm serve` loads the installed model a request names beside the served one (its own
 engine), with one slot and with `--parallel`, while the served model keeps answering; one the
 planner says cannot fit is refused with its numbers; under a memory budget idle models are
-unloaded least recently used first and a busy one never; a killed engine of one model leaves
-the other streaming; an unknown model is 404. Driven by the `openai` SDK."""
+unloaded least recently used first (the starter, its Q8_0 copy and Gemma 3 270M) and a busy
+one never; a killed engine of one model leaves the other streaming; an unknown model is 404.
+Driven by the `openai` SDK."""
 
 from __future__ import annotations
 
@@ -206,24 +207,32 @@ def test_parallel_slots_load_another_model_too(tmp_path, session_home, extra_buf
 
 
 def test_a_memory_budget_unloads_idle_models_least_recently_used_first(
-        tmp_path, session_home, extra_bufts, quant_ladder, server):  # fmt: skip
-    """Three models under a budget that holds the served one and one more: each load unloads
-    the idle one used longest ago; a busy model is never unloaded (the load is refused with
-    the planner's numbers and the budget)."""
-    sizes = {c.id: c.model_extra["memory_bytes"] for c in sdk(server).models.list().data
-             if c.model_extra["loaded"]}  # fmt: skip
-    assert sizes[STARTER] and sizes[SECOND]
+        tmp_path, session_home, extra_bufts, quant_ladder, gemma_model):  # fmt: skip
+    """Three models of two architectures (the starter served, its Q8_0 copy, Gemma 3 270M)
+    under a budget that holds the served one and one more: each load unloads the idle one
+    used longest ago; a busy model is never unloaded (the load is refused with the planner's
+    numbers and the budget)."""
     home = tmp_path / "budget-home"
     library_home(home, quant_ladder["Q8_0"])
     db = open_database(home / "deskllm.sqlite3")
     try:
-        ModelLibrary(db).add(quant_ladder["Q6_K"], name="SmolLM2 requantized (Q6_K)")
+        ModelLibrary(db).add(gemma_model, name="Gemma 3 270M")
     finally:
         db.close()
-    third = "smollm2-requantized-q6_k"
-    budget = (sizes[STARTER] + 1.3 * sizes[SECOND]) / (1 << 30)  # Q6_K is smaller than Q8_0
+    third = "gemma-3-270m"
+    # What each needs here, as the planner counts it: all three loaded without a budget.
+    with running_server(home, session_home, "--api-key", API_KEY) as srv:
+        for model in (SECOND, third):
+            assert sdk(srv).chat.completions.create(model=model, messages=ASK,
+                                                    max_tokens=1).model == model
+        sizes = {c.id: c.model_extra["memory_bytes"] for c in sdk(srv).models.list().data
+                 if c.model_extra["loaded"]}  # fmt: skip
+    assert sizes[STARTER] and sizes[SECOND] and sizes[third]
+    # Room for the served model and either other one, never both.
+    budget = sizes[STARTER] + 1.1 * max(sizes[SECOND], sizes[third])
+    assert budget < sizes[STARTER] + sizes[SECOND] + sizes[third]
     with running_server(home, session_home, "--api-key", API_KEY,
-                        "--memory-budget", f"{budget:.4f}") as srv:  # fmt: skip
+                        "--memory-budget", f"{budget / (1 << 30):.4f}") as srv:  # fmt: skip
         client = sdk(srv)
         order = []
         for model in (SECOND, third, SECOND):
