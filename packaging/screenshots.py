@@ -350,9 +350,12 @@ class Shooter:
         chat.input.setPlainText(PROMPTS[0])
         chat.send()
         self.wait(lambda: len(finished) == 1, "the first reply")
+        # Regenerated once: the first reply shows its versions (‹ 2/2 ›) in the picture.
+        chat.regenerate()
+        self.wait(lambda: len(finished) == 2, "the first reply's second version")
         for _attempt in range(5):  # the model may end a reply before it fills the screen
             done, shown_metrics = len(finished), window.readouts.updates
-            if done == 1:
+            if done == 2:
                 chat.input.setPlainText(PROMPTS[1])
                 chat.send()
             else:

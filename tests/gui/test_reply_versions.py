@@ -1,6 +1,7 @@
 """Reply versions and branches in the real window: Regenerate keeps the earlier reply as a
 version (‹ 1/2 ›), editing a message starts a branch beside the old one, both navigable and
-stored; a message can be deleted (asked first); export writes the branch shown."""
+stored; a message can be deleted (asked first); export writes the branch shown; the KV state
+follows the branch shown."""
 
 from __future__ import annotations
 
@@ -16,6 +17,11 @@ def shown(window) -> list[tuple[str, str]]:
 
 def version_of(widget) -> str:
     return "" if widget.version_label.isHidden() else widget.version_label.text()
+
+
+def last_figures(window, cid: int) -> dict:
+    """The figures stored with the last message of the branch shown."""
+    return window.store.messages(cid)[-1].metrics
 
 
 def wait_reply(qtbot, window, action) -> None:
@@ -64,3 +70,36 @@ def test_regenerate_keeps_versions_and_an_edit_starts_a_branch(qtbot, window, mo
     chat.show_conversation(None)
     chat.show_conversation(cid)
     assert shown(window) == first and version_of(chat.widgets[0]) == "1/2"
+
+
+def test_the_kv_state_follows_the_branch_shown(qtbot, window):
+    """A conversation's cells are reused only where the branch shown agrees with them: on the
+    branch just written the whole history is cached; shown the other branch again (after
+    another chat took the engine's slot, so the state comes back from the state cache), only
+    the prefix the two branches share is restored, and the rest of the branch shown is read."""
+    chat = window.chat
+    set_sampling(window, max_tokens=4, temperature=0.0)
+    send_and_wait(qtbot, window, "Name a colour.")
+    chat.edit_message(chat.widgets[0].message)
+    chat.input.setPlainText("Name an animal.")
+    wait_reply(qtbot, window, chat.send_button.click)
+    cid = chat.conversation_id
+    first_b = last_figures(window, cid)
+    send_and_wait(qtbot, window, "And another one?")
+    follow_b = last_figures(window, cid)
+    # On the branch shown, everything before the new question was cached.
+    assert follow_b["cached_tokens"] > first_b["prompt_tokens"]
+
+    window.new_conversation()  # another chat takes the slot: the first one's state is saved
+    send_and_wait(qtbot, window, "Hello.")
+    chat.show_conversation(cid)
+    chat.widgets[0].previous_version.click()  # "Name a colour." and its reply
+    assert shown(window)[0] == ("user", "Name a colour.") and len(shown(window)) == 2
+    first_a = last_figures(window, cid)
+    send_and_wait(qtbot, window, "And another one?")
+    follow_a = last_figures(window, cid)
+    assert follow_a["restored_from"]  # the saved state of the other branch
+    # Only the two branches' common prefix (it ends inside the first question) is reused:
+    # the branch shown is read from there, its reply included.
+    assert 0 < follow_a["cached_tokens"] < first_a["prompt_tokens"]
+    assert follow_a["evaluated_tokens"] > follow_a["prompt_tokens"] - first_a["prompt_tokens"]
