@@ -225,6 +225,11 @@ class Metrics:
     draft_n: int = 0
     draft_n_accepted: int = 0
     draft_passes: int = 0
+    # The finished reply's text the accepted drafts wrote: [start, end) character spans of
+    # the last `drafted_of` characters of the reply (a continued reply's text before them is
+    # not counted), for the window's "Colour drafted text". Empty for a split thinking reply.
+    drafted_spans: tuple[tuple[int, int], ...] = ()
+    drafted_of: int = 0
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import codecs
 import ctypes
+import dataclasses
 import hashlib
 import logging
 import time
@@ -148,6 +149,7 @@ class StepOutput:
     # strings), for the worker's LogprobTrail.
     logprob: TokenLogprob | None = None
     piece: str = ""
+    drafted: bool = False  # its token was drafted and the model accepted it
 
 
 class Scheduler(LlamaModel):
@@ -800,6 +802,8 @@ class Scheduler(LlamaModel):
             run.batch_index = base + i
             run.feed.clear()  # only the last token taken is fed to the next step
             out = self._take(run, token, now)
+            if i < accepted:
+                out = dataclasses.replace(out, drafted=True)
             outputs.append(out)
             if out.finish is not None:
                 break

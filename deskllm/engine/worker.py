@@ -15,7 +15,7 @@ import os
 import queue
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
 
@@ -105,6 +105,8 @@ class ReplyState:
     split: bool = True  # False: the thinking stays in the text (Sampling.split_reasoning)
     parts: list[Part] = field(default_factory=list)  # split, not sent yet
     harmony: HarmonyStream | None = None  # a gpt-oss reply's frames, read as they come
+    written: int = 0  # characters in `text`
+    drafted: list[tuple[int, int]] = field(default_factory=list)  # spans accepted drafts wrote
 
 
 class Worker:
@@ -484,6 +486,9 @@ class Worker:
             if state.harmony is not None:
                 text = state.harmony.feed(text) + (state.harmony.finish() if out.finish else "")
             if text:
+                if out.drafted and state.harmony is None:
+                    note_drafted(state.drafted, state.written, len(text))
+                state.written += len(text)
                 state.text.append(text)
                 state.pending.append(text)
                 if splitter is not None:  # at once: the count above needs where it is
@@ -499,6 +504,10 @@ class Worker:
                     continue
                 energy = self.close_energy(state, out.run.generated)
                 split = state.splitter is not None and state.split
+                metrics = self.metrics(out.run, state, energy)
+                if state.drafted and not split:  # spans of the text as sent
+                    metrics = replace(metrics, drafted_spans=tuple(state.drafted),
+                                      drafted_of=state.written)  # fmt: skip
                 events.append(
                     Done(
                         request_id=rid,
@@ -508,7 +517,7 @@ class Worker:
                         reasoning_tokens=state.reasoning_tokens,
                         reasoning_s=(state.reasoning_to or time.perf_counter())
                         - state.reasoning_from if state.reasoning_from is not None else None,
-                        metrics=self.metrics(out.run, state, energy),
+                        metrics=metrics,
                         dropped_messages=state.dropped,
                         warnings=tuple(state.warnings),
                         stop_string=out.stop_string,
@@ -612,3 +621,11 @@ def worker_main(
     os.environ.update(env or {})
     logging.basicConfig(level=log_level, format="%(levelname)s %(name)s[engine]: %(message)s")
     Worker(conn).run()
+
+
+def note_drafted(spans: list[tuple[int, int]], start: int, length: int) -> None:
+    """Add [start, start + length) to `spans`, joined to the last span where they touch."""
+    if spans and spans[-1][1] == start:
+        spans[-1] = (spans[-1][0], start + length)
+    else:
+        spans.append((start, start + length))

@@ -98,6 +98,7 @@ class ChatPanel(QWidget):
         self.conversation_id: str | None = None
         self.model_ready = False
         self.widgets: list[MessageWidget] = []
+        self.colour_drafted = False  # View → Colour drafted text
         self.settings_dialog: ConversationSettingsDialog | None = None
         self._stream: _Stream | None = None
         self._editing: Message | None = None
@@ -610,9 +611,16 @@ class ChatPanel(QWidget):
         widget.regenerate_requested.connect(self.regenerate)
         widget.ask_requested.connect(self.ask_remote)
         widget.tool_answered.connect(self.answer_tool_call)
+        widget.set_colour_drafted(self.colour_drafted)
         self.messages_layout.insertWidget(self.messages_layout.count() - 1, widget)
         self.widgets.append(widget)
         self.empty_label.hide()
+
+    def set_colour_drafted(self, on: bool) -> None:
+        """View → Colour drafted text: replies show the text accepted drafts wrote."""
+        self.colour_drafted = on
+        for widget in self.widgets:
+            widget.set_colour_drafted(on)
 
     def _drop_widgets(self, start: int) -> None:
         for widget in self.widgets[start:]:

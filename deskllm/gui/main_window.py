@@ -219,9 +219,21 @@ class MainWindow(QMainWindow):
             self._action(view, name, show, QKeySequence(f"Ctrl+{index + 1}"))
         view.addSeparator()
         self._action(view, "&Usage…", self.open_usage)
+        # Speculative decoding made visible: the text drafts wrote, kept across starts.
+        self.colour_drafted = self._action(view, "Colour drafted te&xt", self._colour_drafted)
+        self.colour_drafted.setCheckable(True)
+        self.colour_drafted.setToolTip("Highlight the text of replies that speculative "
+                                       "decoding drafted and the model accepted")  # fmt: skip
+        self.colour_drafted.setChecked(self.gui_state.value("chat/colour_drafted", False,
+                                                            type=bool))  # fmt: skip
+        self.chat.set_colour_drafted(self.colour_drafted.isChecked())
         help_menu = self.menuBar().addMenu("&Help")
         self._action(help_menu, "&Keyboard shortcuts", lambda: show_shortcuts(self),
                      QKeySequence.StandardKey.HelpContents)  # fmt: skip
+
+    def _colour_drafted(self, on: bool) -> None:
+        self.gui_state.setValue("chat/colour_drafted", on)
+        self.chat.set_colour_drafted(on)
 
     def focus_search(self) -> None:
         self.sidebar.search.setFocus(Qt.FocusReason.ShortcutFocusReason)

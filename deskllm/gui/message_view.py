@@ -31,6 +31,7 @@ from deskllm.gui.chat_render import (
 from deskllm.gui.code_block import CodeBlockView
 from deskllm.gui.qt import (
     QApplication,
+    QColor,
     QDesktopServices,
     QFont,
     QFrame,
@@ -144,6 +145,22 @@ def open_link(url: QUrl, parent: QWidget, opener: LinkOpener) -> bool:
     return box.clickedButton() is accept and bool(opener(url))
 
 
+# Text accepted drafts wrote: a translucent green that reads on light and dark themes.
+DRAFTED_COLOUR = QColor(60, 170, 90, 90)
+
+
+def drafted_spans(message: Message) -> list[tuple[int, int]]:
+    """The spans of `message.content` accepted drafts wrote (the stored spans count from
+    where this run of the reply began: a continued reply's text before it is skipped)."""
+    metrics = message.metrics
+    spans, of = metrics.get("drafted_spans") or [], metrics.get("drafted_of") or 0
+    offset = len(message.content) - of
+    if not spans or offset < 0:
+        return []
+    return [(offset + start, offset + end) for start, end in spans if offset + end <= len(
+        message.content)]
+
+
 class ProseView(QTextBrowser):
     """A run of Markdown prose, selectable. Its height follows its text, so the chat's own
     scroll area does the scrolling. Links are not followed here: `anchorClicked` goes to the
@@ -175,6 +192,28 @@ class ProseView(QTextBrowser):
             self.setDocument(message_document(block.text, self.font(), self))
             old.deleteLater()
             self.fit_height()
+
+    def show_drafted(self, text: str, spans: list[tuple[int, int]]) -> None:
+        """`text` as written (no Markdown), the `spans` accepted drafts wrote highlighted."""
+        self.block = Block("prose", text)
+        document = MessageDocument(self)
+        document.setDefaultFont(self.font())
+        document.setDocumentMargin(2)
+        cursor, plain, drafted = QTextCursor(document), QTextCharFormat(), QTextCharFormat()
+        drafted.setBackground(DRAFTED_COLOUR)
+        last = 0
+        for start, end in spans:
+            cursor.insertText(text[last:start], plain)
+            cursor.insertText(text[start:end], drafted)
+            last = end
+        cursor.insertText(text[last:], plain)
+        old = self.document()
+        self.setDocument(document)
+        old.deleteLater()
+        share = sum(end - start for start, end in spans) / max(len(text), 1)
+        self.setToolTip(f"Highlighted: {share:.0%} of this reply was drafted (speculative "
+                        "decoding) and accepted by the model")  # fmt: skip
+        self.fit_height()
 
     def wheelEvent(self, event) -> None:  # noqa: N802 (Qt name)
         event.ignore()  # the chat scrolls, not this view
@@ -232,6 +271,8 @@ class MessageWidget(QFrame):
         self.can_continue = True  # False in a chat on a remote model: it cannot go on in place
         self._text: str | None = None
         self._views: list[ProseView | CodeBlockView] = []
+        self.colour_drafted = False  # View → Colour drafted text
+        self._drafted_shown = False
         # Palette roles (not colours) so light and dark themes both work.
         self.setAutoFillBackground(True)
         user = message.role == "user"
@@ -320,7 +361,12 @@ class MessageWidget(QFrame):
         elif message.tool_calls and not message.content:
             self.set_text("")  # a reply that only calls tools: its cards say it
             self._drop_views(0)
+        elif self.colour_drafted and not streaming and (spans := drafted_spans(message)):
+            self._show_drafted(message.content, spans)
         else:
+            if self._drafted_shown:
+                self._drafted_shown, self._text = False, None
+                self._drop_views(0)
             self.set_text(message.content if message.content or not streaming else "")
         self.tool_calls.set_calls(message.tool_calls)
         self.set_thinking(message.reasoning, message.metrics.get("reasoning_tokens"),
@@ -377,6 +423,23 @@ class MessageWidget(QFrame):
             self._views.append(view)
             self.body.addWidget(view)
         self._drop_views(len(blocks))
+
+    def set_colour_drafted(self, on: bool) -> None:
+        """Show (or not) the text accepted drafts wrote highlighted, the reply as plain text."""
+        if on != self.colour_drafted:
+            self.colour_drafted = on
+            if self.message.status != "streaming":
+                self.set_message(self.message)
+
+    def _show_drafted(self, text: str, spans: list[tuple[int, int]]) -> None:
+        self.progress.hide()
+        self._drop_views(0)
+        self._text, self._drafted_shown = None, True
+        view = ProseView(self)
+        view.anchorClicked.connect(self._on_link)
+        view.show_drafted(text, spans)
+        self._views.append(view)
+        self.body.addWidget(view)
 
     def _drop_views(self, start: int) -> None:
         for view in self._views[start:]:
