@@ -18,24 +18,12 @@ from pathlib import Path
 import pytest
 from mcp_helpers import BIN, TIME, start_test_server
 
-from deskllm.engine.client import EngineClient
 from deskllm.engine.domain import ChatMessage, Sampling
 from deskllm.tools.mcp_config import McpConfig, McpServer
 from deskllm.tools.mcp_hub import McpHub
 from deskllm.tools.tool_loop import run_tool_turn
 
 GREEDY = Sampling(temperature=0, max_tokens=80)
-
-
-@pytest.fixture(scope="module")
-def engine(starter_model, extra_bufts, tmp_path_factory):
-    from deskllm.engine.domain import LoadParams
-
-    with EngineClient() as client:
-        client.load(LoadParams(str(starter_model), n_ctx=2048, n_threads=2,
-                               use_extra_bufts=extra_bufts,
-                               kv_disk_dir=str(tmp_path_factory.mktemp("kv"))))  # fmt: skip
-        yield client
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,7 @@ import pytest
 from mcp_helpers import TIME
 from server_helpers import API_KEY, running_server
 
-from deskllm.engine.client import EngineClient
-from deskllm.engine.domain import ChatMessage, LoadParams, Sampling
+from deskllm.engine.domain import ChatMessage, Sampling
 from deskllm.remote.client import RemoteClient
 from deskllm.remote.endpoint import Endpoint
 from deskllm.remote.remote_model import RemoteModel
@@ -31,15 +30,6 @@ def desk(tmp_path_factory, session_home: Path, extra_bufts: bool):
     home = tmp_path_factory.mktemp("desk-tools-home")
     with running_server(home, session_home, "--api-key", API_KEY) as server:
         yield server
-
-
-@pytest.fixture(scope="module")
-def engine(starter_model, extra_bufts, tmp_path_factory):
-    with EngineClient() as client:
-        client.load(LoadParams(str(starter_model), n_ctx=2048, n_threads=2,
-                               use_extra_bufts=extra_bufts,
-                               kv_disk_dir=str(tmp_path_factory.mktemp("kv"))))  # fmt: skip
-        yield client
 
 
 def remote(desk) -> RemoteModel:
