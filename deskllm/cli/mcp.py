@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from deskllm.tools.advice import small_model_note
-from deskllm.tools.mcp_config import McpConfig, McpConfigError, McpServer
+from deskllm.tools.mcp_config import McpConfig, McpConfigError, McpServer, name_value_pairs
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -57,13 +57,7 @@ def config() -> McpConfig:
 
 
 def _pairs(items: list[str], what: str) -> dict[str, str]:
-    pairs = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise McpConfigError(f"--{what} {item!r}: write it as NAME=VALUE")
-        pairs[key] = value
-    return pairs
+    return name_value_pairs(items, lambda item: f"--{what} {item!r}: write it as NAME=VALUE")
 
 
 def _config_errors(exit_code: int) -> Callable[[Command], Command]:

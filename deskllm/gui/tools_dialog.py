@@ -29,7 +29,13 @@ from deskllm.gui.qt import (
     QWidget,
 )
 from deskllm.gui.tasks import TaskRunner
-from deskllm.tools.mcp_config import McpConfig, McpConfigError, McpServer, server_from_json
+from deskllm.tools.mcp_config import (
+    McpConfig,
+    McpConfigError,
+    McpServer,
+    name_value_pairs,
+    server_from_json,
+)
 from deskllm.tools.mcp_hub import McpTool
 from deskllm.tools.tool_host import ToolHost
 
@@ -37,15 +43,9 @@ COLUMNS = ("On", "Name", "Runs", "Always allowed", "State")
 
 
 def _pairs(text: str, what: str) -> dict[str, str]:
-    pairs = {}
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        key, sep, value = line.partition("=")
-        if not sep or not key.strip():
-            raise McpConfigError(f"{what}: write each line as NAME=VALUE ({line.strip()!r})")
-        pairs[key.strip()] = value
-    return pairs
+    return name_value_pairs((line for line in text.splitlines() if line.strip()),
+                            lambda line: f"{what}: write each line as NAME=VALUE "
+                                         f"({line.strip()!r})")  # fmt: skip
 
 
 def tools_text(server: str, tools: list[McpTool]) -> str:

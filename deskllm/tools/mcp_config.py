@@ -7,7 +7,7 @@ the private key file, as remote API keys do) and the file keeps only their names
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,18 @@ _NAME_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ012345
 
 class McpConfigError(ValueError):
     """A server entry that cannot be used, or a file that cannot be read: says which and why."""
+
+
+def name_value_pairs(items: Iterable[str], wrong: Callable[[str], str]) -> dict[str, str]:
+    """NAME=VALUE items (a server's environment or headers) as a dict; an item without a
+    name or "=" raises McpConfigError(wrong(item)), worded for where it was written."""
+    pairs = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise McpConfigError(wrong(item))
+        pairs[key.strip()] = value
+    return pairs
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,14 @@ import pytest
 from keyring.backends.fail import Keyring as NoKeyring
 
 from deskllm.remote.keys import KeyStore
-from deskllm.tools.mcp_config import SECRET, McpConfig, McpConfigError, McpServer, server_from_json
+from deskllm.tools.mcp_config import (
+    SECRET,
+    McpConfig,
+    McpConfigError,
+    McpServer,
+    name_value_pairs,
+    server_from_json,
+)
 
 
 @pytest.fixture
@@ -76,3 +83,10 @@ def test_always_allowed_tools_persist(config):
         "get_current_time"]
     with pytest.raises(McpConfigError, match="no MCP server named 'nope'"):
         config.get("nope")
+
+
+def test_name_value_pairs_keep_what_follows_the_first_equals_and_name_a_bad_item():
+    assert name_value_pairs(["A=1", " B =x=y", "C="], str) == {"A": "1", "B": "x=y", "C": ""}
+    for bad in ("novalue", "=value", "  =v"):
+        with pytest.raises(McpConfigError, match=f"bad: {bad}"):
+            name_value_pairs(["OK=1", bad], lambda item: f"bad: {item}")
