@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 
 from deskllm.store.conversations import Message
+from deskllm.store.export import DECISION_WORDS
 
 ROLE_TITLES = {"user": "You", "assistant": "Assistant", "system": "System", "tool": "Tool"}
 # CommonMark: a fence is 3+ backticks or tildes, indented by at most 3 spaces.
@@ -112,20 +113,12 @@ def tools_note(metrics: dict) -> str:
     return "\n".join(notes)
 
 
-DECISIONS = {
-    "once": "allowed once",
-    "always": "always allowed from now on",
-    "allowed": "always allowed",
-    "deny": "denied",
-}
-
-
 def tool_result_title(metrics: dict) -> str:
     """The line above a tool's result: the tool, its server, what the user decided, how long
     it took and whether it failed or was cut."""
     where = f" ({metrics['server']})" if metrics.get("server") else ""
     parts = [f"{metrics.get('tool', 'tool')}{where}"]
-    if decision := DECISIONS.get(metrics.get("decision") or ""):
+    if decision := DECISION_WORDS.get(metrics.get("decision") or ""):
         parts.append(decision)
     if metrics.get("decision") != "deny":
         if metrics.get("is_error"):

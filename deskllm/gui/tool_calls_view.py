@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 
-from deskllm.gui.chat_render import DECISIONS, tool_result_title
+from deskllm.gui.chat_render import tool_result_title
 from deskllm.gui.qt import (
     QFontDatabase,
     QFrame,
@@ -27,6 +27,7 @@ from deskllm.gui.qt import (
     Signal,
 )
 from deskllm.gui.thinking_view import ThinkingView
+from deskllm.store.export import DECISION_WORDS
 
 ARGUMENTS_SHOWN = 2_000  # characters of a call's arguments on its card (all in the tooltip)
 
@@ -95,7 +96,7 @@ class ToolCallCard(QFrame):
         if decision == "deny":
             text = "Denied: the model was told you declined."
         else:
-            how = DECISIONS.get(decision or "", "run")
+            how = DECISION_WORDS.get(decision or "", "run")
             text = f"{how[0].upper()}{how[1:]}; its result is below."
         self.state.setText(text)
         self.state.show()

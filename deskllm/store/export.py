@@ -97,11 +97,20 @@ def conversation_markdown(store: ConversationStore, conversation_id: str) -> str
     return "\n".join(lines).rstrip() + "\n"
 
 
+# What the user decided about a tool call (a tool result's stored `decision`), in words: the
+# window's result cards and the exports say it alike.
+DECISION_WORDS = {
+    "once": "allowed once",
+    "always": "always allowed from now on",
+    "allowed": "always allowed",
+    "deny": "denied by the user",
+}
+
+
 def _result_line(metrics: dict) -> str:
     parts = [f"Result of {metrics.get('tool', 'a tool')}"]
-    if metrics.get("decision"):
-        parts.append({"deny": "denied by the user", "allowed": "always allowed"}.get(
-            metrics["decision"], f"allowed {metrics['decision']}"))  # fmt: skip
+    if decision := DECISION_WORDS.get(metrics.get("decision") or ""):
+        parts.append(decision)
     if metrics.get("is_error") and metrics.get("decision") != "deny":
         parts.append("failed")
     if metrics.get("truncated"):
