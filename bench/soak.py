@@ -11,7 +11,10 @@ below queues 12 requests; the default 8 would answer some with 429). The run, in
 
   1. post_burst: the latency of a whole 16-token chat reply (ignore_eos) on the idle server,
      median of 3; then 3 times: 16 concurrent 64-token replies and, as soon as all have
-     ended, the same 16-token reply again.
+     ended, the same 16-token reply again. Each probe's text begins with a fresh nonce, so
+     no probe finds its prompt cached: otherwise an idle probe reads it from the cells the
+     probe before it left, and one after a burst (whose replies took those cells) reads it
+     anew, a cache miss rather than the stall this measures.
   2. --clients threads, each at seeded random intervals: streamed chat completions (raw SSE),
      whole ones (openai SDK), /v1/messages streamed and whole (anthropic SDK), /v1/completions
      whole (SDK) and streamed, /v1/embeddings (SDK), and bad requests (invalid JSON, an unknown
@@ -692,14 +695,15 @@ def chat_body(model_id: str, tokens: int, prompt: str, stream: bool = False) -> 
 def post_burst(soak: Soak) -> dict:
     """The 16-token reply's latency idle (median of 3) and right after each of 3 bursts."""
     url, stats = soak.url, soak.stats
-    prompt = PROMPTS[8]
+    prompt = PROMPTS[8]  # after a fresh nonce each time (see the module's docstring)
 
     timings: dict[str, list] = {"idle": [], "after_burst": []}
 
     def probe(phase: str | None = None) -> float:
         start = time.perf_counter()
         r = httpx2.post(url + "/v1/chat/completions", timeout=TIMEOUT,
-                        json=chat_body(soak.model_id, PROBE_TOKENS, prompt))  # fmt: skip
+                        json=chat_body(soak.model_id, PROBE_TOKENS,
+                                       f"[{uuid.uuid4().hex[:8]}] {prompt}"))  # fmt: skip
         elapsed = time.perf_counter() - start
         stats.answered("burst_probe", r.status_code, body=r.text)
         tokens = r.json()["usage"]["completion_tokens"]
