@@ -58,6 +58,7 @@ from deskllm.engine.slots import (
     SlotChoice,
     choose_slot,
     common_prefix,
+    continues,
     restore_target,
     reusable,
     share_budget,
@@ -82,6 +83,11 @@ from deskllm.llamacpp import build
 log = logging.getLogger("deskllm.engine")
 
 REREAD_STEP_TOKENS = 64  # a finished reply's tokens read again per idle step
+# Finished replies are read again only once no reply has ended for this long: a client that
+# sends its next request as soon as a reply ends (a script, an agent, a burst's stragglers)
+# would otherwise find both cores busy with that reading while its request crosses the HTTP
+# server, and wait for it (measured: 35 ms first tokens became 45-90 ms back to back).
+REREAD_AFTER_S = 0.2
 # A prompt prefix worth taking from another slot by reference (or waiting for, while a running
 # request reads it): fewer tokens are read again, which costs about as much as the copy.
 MIN_SHARED_PREFIX = 16
@@ -189,6 +195,7 @@ class Scheduler(LlamaModel):
         self.interrupt: Callable[[], bool] = lambda: False
         self._yield_cb = L.ggml_abort_callback(lambda _data: bool(self.interrupt()))
         self.rereads_yielded = 0  # re-reads stopped for a request, for the figures
+        self.ended_at = 0.0  # when a reply last ended (finished replies are read after it)
         # Called with a request when it gets its slot (the worker starts its energy span).
         self.on_admitted: Callable[[SlotRun], None] | None = None
         self.kv_disk_dir = Path(params.kv_disk_dir) if params.kv_disk_dir else None
@@ -288,6 +295,16 @@ class Scheduler(LlamaModel):
     def busy(self) -> bool:
         """Requests to answer, or a finished reply's cells to read again."""
         return bool(self.waiting or self.running) or any(s.unread for s in self.slots)
+
+    def wait_s(self) -> float | None:
+        """How long the engine may wait for a request before it steps: 0 with requests to
+        answer, the time left before finished replies are read again, None with nothing to
+        do."""
+        if self.waiting or self.running:
+            return 0.0
+        if not any(s.unread for s in self.slots):
+            return None
+        return max(0.0, self.ended_at + REREAD_AFTER_S - time.perf_counter())
 
     def _admit(self, outputs: list[StepOutput]) -> None:
         for run in [r for r in self.waiting if r.cancelled]:
@@ -443,9 +460,11 @@ class Scheduler(LlamaModel):
         recently used free slot with the conversation's saved state restored into it when that
         state shares a longer prefix. Cells about to be overwritten are saved first."""
         slot, reused = choice.slot, choice.reused
-        if slot.unread and slot.conversation == run.conversation and not self.running:
-            # Its own last reply, not read again yet: read now, it is this prompt's prefix
-            # (the same tokens the prompt would read; nothing else waits for them).
+        if slot.unread and not self.running and continues(slot, run.prompt):
+            # Its own last reply, not read again yet, goes on in this prompt: read now (the
+            # same tokens the prompt would read; nothing else waits for them). A prompt that
+            # does not go on from it (another request, a regenerated reply) does not wait
+            # for that reading: before, it waited wherever both had no conversation key.
             while slot.unread:
                 self._read_again(slot, self.n_batch)
             reused = reusable(common_prefix(slot.tokens, run.prompt), len(run.prompt))
@@ -636,6 +655,7 @@ class Scheduler(LlamaModel):
             # again, batched, once no request runs, so they can be reused.
             tail = self._keep_exact(run.slot)
             run.slot.unread = tail if len(tail) > 1 else []
+            self.ended_at = time.perf_counter()
 
     # One step ---------------------------------------------------------------------------------
     def step(self) -> list[StepOutput]:
@@ -651,7 +671,7 @@ class Scheduler(LlamaModel):
             # request's step they would turn its one-token decodes into multi-token ones,
             # and its reply would no longer be a lone request's.
             slot = next((s for s in self.slots if s.unread), None)
-            if slot is not None:
+            if slot is not None and not self.wait_s():
                 self._read_again(slot, REREAD_STEP_TOKENS, yielding=True)
             return outputs
         decoding = [r for r in runs if len(r.feed) == 1]

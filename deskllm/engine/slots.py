@@ -112,6 +112,17 @@ def choose_slot(slots: Sequence[Slot], prompt: Sequence[int]) -> SlotChoice | No
     return SlotChoice(slot, reusable(shared[slot.index], len(prompt)))
 
 
+def continues(slot: Slot, prompt: Sequence[int]) -> bool:
+    """Whether `prompt` goes on from the slot's cells through the tokens it has yet to read
+    again (a finished reply's; its last token may differ: the template's end of turn):
+    then reading them now is reading the prompt. A prompt that only starts as the reply's
+    did (the same question again) does not wait for the reply to be read."""
+    n, tail = len(slot.tokens), slot.unread
+    if not tail or common_prefix(slot.tokens, prompt) < n:
+        return False
+    return common_prefix(tail, prompt[n:]) >= len(tail) - 1
+
+
 def reusable(lcp: int, n_prompt: int) -> int:
     """Of `lcp` cached prompt tokens, those kept: all but the last prompt token (its logits
     are computed now), and one fewer where the rest would be one token before the last (a

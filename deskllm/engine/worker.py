@@ -224,10 +224,12 @@ class Worker:
         threading.Thread(target=self.report_progress, name="engine-progress",
                          daemon=True).start()  # fmt: skip
         while True:
-            idle = self.runtime is None or not self.runtime.busy
+            # None: nothing to do but wait; 0: step now; else the time before finished
+            # replies are read again (a request that comes meanwhile goes first).
+            wait = None if self.runtime is None else self.runtime.wait_s()
             self.request_waiting.clear()  # what comes from here on sets it again
             try:
-                request = self.inbox.get(block=idle)
+                request = self.inbox.get(block=wait != 0, timeout=wait or None)
                 while True:
                     if isinstance(request, Shutdown):
                         self.unload()

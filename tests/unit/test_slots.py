@@ -10,6 +10,7 @@ from deskllm.engine.slots import (
     Slot,
     choose_slot,
     common_prefix,
+    continues,
     restore_target,
     reusable,
     share_budget,
@@ -114,3 +115,15 @@ def test_the_ledger_counts_each_cell_once_however_slots_share_them(ops):
             ledger.share(slots[a], slots[b], min(n, len(slots[a].tokens)))
         assert all(len(s.cells) == len(s.tokens) for s in slots)
         assert ledger.used == len({c for s in slots for c in s.cells})
+
+
+def test_a_finished_reply_is_read_before_a_prompt_only_where_the_prompt_goes_on_from_it():
+    # The slot holds the prompt's first tokens; the last prompt token and the reply are unread.
+    slot = Slot(0, [1, 2, 3], unread=[4, 50, 51, 52])
+    assert continues(slot, [1, 2, 3, 4, 50, 51, 52, 60, 61])  # the next turn of it
+    assert continues(slot, [1, 2, 3, 4, 50, 51, 99, 60])  # its end of turn retokenized
+    assert not continues(slot, [1, 2, 3, 4])  # the same question again
+    assert not continues(slot, [1, 2, 3, 4, 50, 77, 78])  # another reply to it (regenerated)
+    assert not continues(slot, [1, 9, 3, 4, 50, 51, 52, 60])  # another conversation
+    assert not continues(Slot(0, [1, 2, 3]), [1, 2, 3, 4])  # nothing unread
+
