@@ -61,6 +61,8 @@ from deskllm.store import Conversation, ConversationStore, ModelLibrary
 from deskllm.tools.advice import small_model_note
 from deskllm.tools.mcp_config import McpConfig
 
+SETTINGS_NOTE_MS = 5000  # how long "Settings saved." stays in the status bar
+
 MODELS_HINT = (
     "You are chatting with the small starter model, so that deskllm works offline from the "
     "first minute. Larger models answer much better: see the <a href='models'>Models</a> panel."
@@ -621,7 +623,7 @@ class MainWindow(QMainWindow):
                 "Settings saved. Engine settings apply when the model is next loaded.", 15000
             )
         else:
-            self.statusBar().showMessage("Settings saved.", 5000)
+            self.statusBar().showMessage("Settings saved.", SETTINGS_NOTE_MS)
 
 
 def run_window(window: MainWindow) -> int:

@@ -3,9 +3,10 @@ keys, window state."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
-from gui_helpers import listed, type_and_send
+from gui_helpers import listed, send_and_wait, type_and_send
 
 from deskllm.gui.main_window import MainWindow
 from deskllm.gui.qt import QApplication, Qt
@@ -163,3 +164,18 @@ def test_a_model_file_that_cannot_be_read_is_a_message_not_a_dead_thread(
     assert "No model loaded" in window.model_label.full_text()
     with qtbot.waitSignal(window.bridge.loaded, timeout=120_000):
         window.load_model(str(window.library.resolve(None)))
+
+
+def test_the_readouts_clear_once_the_model_is_unloaded_and_a_saved_settings_note_expires(
+        qtbot, window, monkeypatch):  # fmt: skip
+    send_and_wait(qtbot, window, "Hello.")
+    qtbot.waitUntil(lambda: window.readouts.ram.text() != "RAM –", timeout=10_000)
+    with qtbot.waitSignal(window.bridge.unloaded, timeout=60_000):
+        window.bridge.unload()
+    assert window.readouts.ram.text() == "RAM –"  # no figures of a model no longer there
+    assert window.readouts.speed.text() == "– tok/s"
+    # "Settings saved." is a passing note, not a state: it leaves the status bar by itself.
+    monkeypatch.setattr("deskllm.gui.main_window.SETTINGS_NOTE_MS", 300)
+    window.apply_settings(replace(window.settings, tool_steps=9))
+    assert window.statusBar().currentMessage() == "Settings saved."
+    qtbot.waitUntil(lambda: window.statusBar().currentMessage() == "", timeout=5_000)
