@@ -583,6 +583,9 @@ class Scheduler(LlamaModel):
         used last go last: of two holding one conversation, the newer state is kept."""
         if self.state_cache is None:
             return
+        for slot in self.slots:  # replies not read again yet (see REREAD_AFTER_S): now
+            while slot.unread and slot.free:
+                self._read_again(slot, self.n_batch)
         for slot in sorted(self.slots, key=lambda s: (s.free, s.last_used)):
             self.save_slot(slot)
         try:
