@@ -583,9 +583,12 @@ class Scheduler(LlamaModel):
         used last go last: of two holding one conversation, the newer state is kept."""
         if self.state_cache is None:
             return
-        for slot in self.slots:  # replies not read again yet (see REREAD_AFTER_S): now
-            while slot.unread and slot.free:
-                self._read_again(slot, self.n_batch)
+        # A short reply not read again yet (REREAD_AFTER_S had not passed: the window's
+        # server started right after it) is read now, so its state is whole; long ones are
+        # left (a shutdown that cut streams would wait seconds for them).
+        for slot in self.slots:
+            if slot.free and len(slot.unread) <= REREAD_STEP_TOKENS:
+                self._read_again(slot, REREAD_STEP_TOKENS)
         for slot in sorted(self.slots, key=lambda s: (s.free, s.last_used)):
             self.save_slot(slot)
         try:
