@@ -227,6 +227,12 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1)]
 
 
+def text_gaps(out: dict) -> list[float]:
+    """Seconds between a streamed reply's text chunks (its inter-token latencies)."""
+    times = out["times"]
+    return [b - a for a, b in zip(times, times[1:], strict=False)]
+
+
 def open_loop_rate(url: str, name: str, rate: float, args: argparse.Namespace) -> dict:
     """Arrivals at `rate` per second for args.seconds (seeded), each a streamed request on
     its own thread; the figures once every reply ended."""
@@ -255,14 +261,13 @@ def open_loop_rate(url: str, name: str, rate: float, args: argparse.Namespace) -
         thread.join()
     done = [o for o in outs if "error" not in o and "first" in o]
     ttft = [o["first"] - o["sent"] for o in done]
-    gaps = [b - a for o in done for a, b in zip(o["times"], o["times"][1:], strict=False)]
+    gaps = [gap for o in done for gap in text_gaps(o)]
     e2e = [o["end"] - o["sent"] for o in done]
     tokens = sum(o.get("tokens", 0) for o in done)
     span = max((o["end"] for o in outs), default=started) - started
     good = sum(o["first"] - o["sent"] <= args.ttft_slo
-               and (percentile([b - a for a, b in zip(o["times"], o["times"][1:],
-                                                      strict=False)], 0.95) or 0.0)
-               <= args.itl_slo for o in done)  # fmt: skip
+               and (percentile(text_gaps(o), 0.95) or 0.0) <= args.itl_slo
+               for o in done)  # fmt: skip
     return {
         "rate": rate, "requests": len(outs), "failed": len(outs) - len(done),
         "ttft_p50_s": percentile(ttft, 0.5), "ttft_p95_s": percentile(ttft, 0.95),

@@ -587,7 +587,7 @@ class Scheduler(LlamaModel):
         # server started right after it) is read now, so its state is whole; long ones are
         # left (a shutdown that cut streams would wait seconds for them).
         for slot in self.slots:
-            if slot.free and len(slot.unread) <= REREAD_STEP_TOKENS:
+            if slot.free and 0 < len(slot.unread) <= REREAD_STEP_TOKENS:
                 self._read_again(slot, REREAD_STEP_TOKENS)
         for slot in sorted(self.slots, key=lambda s: (s.free, s.last_used)):
             self.save_slot(slot)

@@ -188,17 +188,12 @@ class ProseView(QTextBrowser):
     def set_block(self, block: Block) -> None:
         if block != self.block:
             self.block = block
-            old = self.document()
-            self.setDocument(message_document(block.text, self.font(), self))
-            old.deleteLater()
-            self.fit_height()
+            self._show(message_document(block.text, self.font(), self))
 
     def show_drafted(self, text: str, spans: list[tuple[int, int]]) -> None:
         """`text` as written (no Markdown), the `spans` accepted drafts wrote highlighted."""
         self.block = Block("prose", text)
-        document = MessageDocument(self)
-        document.setDefaultFont(self.font())
-        document.setDocumentMargin(2)
+        document = message_document("", self.font(), self)
         cursor, plain, drafted = QTextCursor(document), QTextCharFormat(), QTextCharFormat()
         drafted.setBackground(DRAFTED_COLOUR)
         last = 0
@@ -207,12 +202,15 @@ class ProseView(QTextBrowser):
             cursor.insertText(text[start:end], drafted)
             last = end
         cursor.insertText(text[last:], plain)
-        old = self.document()
-        self.setDocument(document)
-        old.deleteLater()
         share = sum(end - start for start, end in spans) / max(len(text), 1)
         self.setToolTip(f"Highlighted: {share:.0%} of this reply was drafted (speculative "
                         "decoding) and accepted by the model")  # fmt: skip
+        self._show(document)
+
+    def _show(self, document: QTextDocument) -> None:
+        old = self.document()
+        self.setDocument(document)
+        old.deleteLater()
         self.fit_height()
 
     def wheelEvent(self, event) -> None:  # noqa: N802 (Qt name)
