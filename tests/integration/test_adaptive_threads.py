@@ -13,7 +13,7 @@ import pytest
 
 from deskllm.engine.client import EngineClient
 from deskllm.engine.domain import ChatMessage, Sampling
-from deskllm.engine.thread_governor import FIXED_THREADS
+from deskllm.engine.thread_governor import FIXED_THREADS, OtherLoad, others_runnable
 
 CORES = psutil.cpu_count(logical=False) or 1
 pytestmark = pytest.mark.skipif(CORES < 2, reason="one core: there is no count to change")
@@ -58,3 +58,32 @@ def test_a_fixed_count_stays_fixed_under_load(engine):
     with BusyLoad():
         metrics = engine.chat("fixed", [ChatMessage("user", "Hi")], GREEDY).wait().metrics
     assert (metrics.n_threads, metrics.max_threads, metrics.threads_reason) == (2, 2, FIXED_THREADS)
+
+
+def figure_of(load: OtherLoad) -> float:
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        time.sleep(0.06)
+        figure = load()
+        if figure is not None:
+            return figure
+    raise AssertionError("no CPU figure in 5 s")
+
+
+@pytest.mark.skipif(others_runnable() is None, reason="the system does not count runnable threads")
+def test_a_load_that_goes_on_is_runnable_and_one_that_ended_is_not():
+    with BusyLoad() as busy:
+        assert others_runnable() >= len(busy.processes)
+        load = OtherLoad(every=0.05)
+        try:
+            assert figure_of(load) >= 1.0  # the busy time, capped by what is runnable
+        finally:
+            load.close()
+    # Another program's burst that has just ended (the figure's window still holds it)
+    # counts for nothing: it is no longer runnable.
+    ended = OtherLoad(every=0.05, runnable=lambda: 0)
+    try:
+        with BusyLoad():
+            assert figure_of(ended) == 0.0
+    finally:
+        ended.close()
