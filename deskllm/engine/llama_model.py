@@ -257,19 +257,26 @@ class LlamaModel:
         if data is None:
             data = np.zeros(self.n_vocab, dtype=[("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
             self._candidates = data
-        data["id"] = np.arange(self.n_vocab, dtype=np.int32)
+            self._ids = np.arange(self.n_vocab, dtype=np.int32)
+        data["id"] = self._ids  # the chain may have reordered them
         data["logit"] = self._logits(index)
         data["p"] = 0.0
         array = L.llama_token_data_array(
             data.ctypes.data_as(ctypes.POINTER(L.llama_token_data)), self.n_vocab, -1, False
         )
         L.llama_sampler_apply(sampler, ctypes.byref(array))
-        token = int(data["id"][array.selected])
-        logits = data["logit"][: array.size]
+        selected = array.selected
+        token = int(data["id"][selected])
         if array.size < 2:
             return token, float("inf")
-        top2 = np.partition(logits, -2)[-2:]
-        return token, float(top2[1] - top2[0]) if np.isfinite(top2[0]) else float("inf")
+        # The runner-up: the greatest logit but the pick's (a masked max, ~20× quicker than a
+        # partition of a 262k vocabulary; this runs for every drafted position).
+        logits = data["logit"][: array.size]
+        top = logits[selected]
+        logits[selected] = -np.inf
+        second = logits.max()
+        logits[selected] = top
+        return token, float(top - second) if np.isfinite(second) else float("inf")
 
     def _logits(self, index: int):
         import numpy as np

@@ -62,7 +62,10 @@ class NgramIndex:
             seq.append(token)
 
     def propose(self, limit: int) -> list[int]:
-        """Up to `limit` tokens that followed the longest recent match of the sequence's end."""
+        """Up to `limit` tokens that followed the longest recent match of the sequence's end.
+        A match near the end (the sequence repeating itself: a list, a table, a loop) runs
+        on into its own proposal, as the text would go on repeating, so the draft is not cut
+        at the repeat's length."""
         seq = self.tokens
         self.order = 0
         if limit <= 0:
@@ -73,7 +76,11 @@ class NgramIndex:
             at = self._next.get(tuple(seq[-n:]))
             if at is not None:
                 self.order = n
-                return seq[at : at + limit]
+                draft = seq[at : at + limit]
+                gap = len(seq) - at  # the repeat's period where the draft runs past the end
+                while len(draft) < limit:
+                    draft.append(draft[len(draft) - gap])
+                return draft
         return []
 
 

@@ -19,7 +19,14 @@ from deskllm.engine.speculation import (
 def test_the_tokens_after_the_latest_earlier_match_are_proposed():
     index = NgramIndex([1, 2, 3, 4, 5, 9, 1, 2, 3, 7, 8, 6, 1, 2, 3])
     assert index.propose(2) == [7, 8]  # the later of the two earlier "1 2 3"
-    assert index.propose(10) == [7, 8, 6, 1, 2, 3]
+    # Past the end the text repeats: the draft runs on into itself.
+    assert index.propose(10) == [7, 8, 6, 1, 2, 3, 7, 8, 6, 1]
+
+
+def test_a_repeating_tail_is_drafted_past_the_repeats_length():
+    rows = [5, 6, 7, 1] * 3  # a list or a table: the same row again and again
+    index = NgramIndex(rows[:-1])
+    assert index.propose(9) == [1, 5, 6, 7, 1, 5, 6, 7, 1]
 
 
 def test_the_longest_match_wins_over_a_more_recent_shorter_one():
@@ -42,12 +49,14 @@ def test_extending_finds_matches_across_the_prompt_and_the_reply():
 
 
 @given(st.lists(st.integers(0, 5), max_size=60), st.integers(1, 8))
-def test_a_proposal_is_always_a_copy_of_what_followed_the_sequences_end(tokens, limit):
+def test_a_proposal_is_always_what_followed_the_sequences_end_earlier(tokens, limit):
     index = NgramIndex(tokens)
     draft = index.propose(limit)
     assert len(draft) <= limit
     if draft:
-        starts = [i for i in range(len(tokens)) if tokens[i : i + len(draft)] == draft]
+        # What followed an earlier occurrence of the end, in the text that the draft goes on.
+        text = tokens + draft
+        starts = [i for i in range(len(tokens)) if text[i : i + len(draft)] == draft]
         assert any(i >= 2 and tokens[i - 2 : i] == tokens[-2:] for i in starts)
 
 
