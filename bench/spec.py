@@ -23,8 +23,18 @@ Keys per model, and at the top level the worst across models:
   free_auto_over_plain           "auto" on the story / plain (target >= 0.95)
   agg4_spec_over_plain           four streams' aggregate tok/s, "auto" / "off" (target >= 1.0)
   acceptance_copy, acceptance_free   drafted tokens accepted (n-gram mode)
-  draft_over_llama_server_draft  null: draft-model speculation is not built yet
-Per model also: tasks.{task}.{mode} {tg_tps, tokens, drafted, accepted, passes},
+  draft_over_llama_server_draft  draft-model speculation against llama-server's draft-simple
+                                 with the same pair, the worst task (target >= 1.0)
+  draft_over_plain               draft-model speculation / plain decoding of the same model,
+                                 the worst task (reported: on a CPU where the draft costs
+                                 about what the model does, no draft pays)
+  acceptance_draft               drafted tokens the model accepted (all tasks)
+The draft pair: the model requantized to Q8_0 (llama_model_quantize, kept in
+~/.cache/deskllm-bench) is the model, the model as given its draft; one slot, each task
+"off" and "draft" per round, then llama-server plain and --spec-type draft-simple
+--model-draft with the same files. --no-draft leaves the pair out.
+Per model also: draft.{task}.{off,draft,llama_server_plain,llama_server_draft},
+tasks.{task}.{mode} {tg_tps, tokens, drafted, accepted, passes},
 tasks.{task}.same_as_plain (the greedy replies equal, token for token), llama_server.{mode}
 .{task} {tg_tps, tokens, drafted, accepted, same_as_plain}.
 """
@@ -39,6 +49,7 @@ import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import httpx2
 from serve import LLAMA_SERVER, add_worst, each_model, free_port, stop, wait_ready
@@ -46,6 +57,7 @@ from serve import LLAMA_SERVER, add_worst, each_model, free_port, stop, wait_rea
 from deskllm.engine.client import EngineClient
 from deskllm.engine.domain import ChatMessage, LoadParams, Sampling
 from deskllm.engine.extra_bufts_probe import extra_bufts_work
+from deskllm.llamacpp.requantize import requantize
 
 CODE = '''import json
 from dataclasses import dataclass, field
@@ -139,14 +151,17 @@ def four_streams(client: EngineClient, mode: str, tokens: int) -> float:
 
 
 def llama_server(path: str, threads: int, spec: str | None, extra_bufts: bool,
-                 tokens: int, rounds: int) -> dict:  # fmt: skip
-    """llama-server's decode tok/s (median over rounds) and draft figures per task."""
+                 tokens: int, rounds: int, draft: str | None = None) -> dict:  # fmt: skip
+    """llama-server's decode tok/s (median over rounds) and draft figures per task. `draft`:
+    its draft model (--model-draft, for --spec-type draft-simple)."""
     port = free_port()
     args = [str(LLAMA_SERVER), "--model", path, "--host", "127.0.0.1", "--port", str(port),
             "--threads", str(threads), "--threads-batch", str(threads), "--parallel", "1",
             "--ctx-size", str(CTX), "--jinja", "--no-webui",
             *([] if extra_bufts else ["--no-repack"]),
-            *(["--spec-type", spec] if spec else [])]  # fmt: skip
+            *(["--spec-type", spec] if spec else []),
+            *(["--model-draft", draft, "--threads-draft", str(threads)]
+              if draft else [])]  # fmt: skip
     process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -170,6 +185,55 @@ def llama_server(path: str, threads: int, spec: str | None, extra_bufts: bool,
         return out
     finally:
         stop(process)
+
+
+CACHE = Path.home() / ".cache" / "deskllm-bench"
+
+
+def draft_pair(path: str) -> tuple[str, str]:
+    """(the model, its draft): `path` requantized to Q8_0, and `path`."""
+    target = CACHE / f"{Path(path).stem}.q8_0-target.gguf"
+    if not target.is_file():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        requantize(Path(path), {"Q8_0": target})
+    return str(target), path
+
+
+def measure_draft(path: str, args: argparse.Namespace, extra_bufts: bool) -> dict:
+    """Draft-model speculation with draft_pair(path): ours "off" and "draft", llama-server's
+    plain and draft-simple, per task (medians over rounds)."""
+    target, draft = draft_pair(path)
+    params = LoadParams(target, n_ctx=CTX, n_threads=args.threads,
+                        use_extra_bufts=extra_bufts, kv_ram_budget_mb=0, kv_disk_budget_mb=0,
+                        draft_model_path=draft)  # fmt: skip
+    runs: dict[str, dict[str, list[dict]]] = {t: {"off": [], "draft": []} for t in TASKS}
+    with EngineClient(n_slots=1) as client:
+        client.load(params)
+        one(client, "quote", "off", 8)  # warm up
+        for r in range(args.rounds):
+            for task in TASKS:
+                for mode in ("off", "draft") if r % 2 == 0 else ("draft", "off"):
+                    runs[task][mode].append(one(client, task, mode, args.tokens))
+    out: dict = {task: {mode: round(statistics.median(x["tg_tps"] for x in got), 2)
+                        for mode, got in by_mode.items()}
+                 for task, by_mode in runs.items()}  # fmt: skip
+    drafted = sum(x["drafted"] for by in runs.values() for x in by["draft"])
+    accepted = sum(x["accepted"] for by in runs.values() for x in by["draft"])
+    result = {
+        "model": Path(target).name, "draft": Path(draft).name, "tasks": out,
+        "acceptance_draft": round(accepted / drafted, 3) if drafted else None,
+        "draft_over_plain": round(min(o["draft"] / o["off"] for o in out.values()), 3),
+    }
+    if LLAMA_SERVER.is_file():
+        for name, spec, model_draft in (("llama_server_plain", None, None),
+                                        ("llama_server_draft", "draft-simple", draft)):
+            ls = llama_server(target, args.threads, spec, extra_bufts, args.tokens,
+                              args.rounds, model_draft)  # fmt: skip
+            for task, figures in ls.items():
+                out[task][name] = round(figures["tg_tps"], 2)
+        result["draft_over_llama_server_draft"] = round(
+            min(o["draft"] / o["llama_server_draft"] for o in out.values()), 3)
+    return result
 
 
 def measure(path: str, args: argparse.Namespace) -> dict:
@@ -218,10 +282,14 @@ def measure(path: str, args: argparse.Namespace) -> dict:
                                       / statistics.median(agg["off"]), 3),  # fmt: skip
         "acceptance_copy": acceptance(COPY_TASKS),
         "acceptance_free": acceptance(("free",)),
-        "draft_over_llama_server_draft": None,
         "agg4_tps": {m: round(statistics.median(v), 2) for m, v in agg.items()},
         "tasks": tasks,
     }
+    if not args.no_draft:
+        pair = measure_draft(path, args, extra_bufts)
+        result["draft"] = pair
+        for key in ("draft_over_llama_server_draft", "draft_over_plain", "acceptance_draft"):
+            result[key] = pair.get(key)
     if LLAMA_SERVER.is_file():
         ls = {mode: llama_server(path, args.threads, None if mode == "plain" else mode,
                                  extra_bufts, args.tokens, args.rounds)
@@ -245,6 +313,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--tokens", type=int, default=256)
+    parser.add_argument("--no-draft", action="store_true", help="leave the draft pair out")
     args = parser.parse_args()
     if not LLAMA_SERVER.is_file():
         print(f"note: {LLAMA_SERVER} is missing (packaging/build_llama_server.sh builds it); "
@@ -253,7 +322,9 @@ def main() -> int:
     result |= {"rounds": args.rounds, "threads": args.threads, "tokens": args.tokens}
     add_worst(result, {"copy_over_plain": min, "copy_over_llama_server_ngram": min,
                        "free_auto_over_plain": min, "agg4_spec_over_plain": min,
-                       "acceptance_copy": min, "acceptance_free": min})  # fmt: skip
+                       "acceptance_copy": min, "acceptance_free": min,
+                       "draft_over_llama_server_draft": min, "draft_over_plain": min,
+                       "acceptance_draft": min})  # fmt: skip
     print(json.dumps(result, indent=2))
     return 0
 

@@ -40,7 +40,7 @@ class SettingSpec:
     suffix: str = ""
     special: tuple[int, str] | None = None
     enabled_when: tuple[str, str] | None = None
-    kind: Literal["value", "folder"] = "value"
+    kind: Literal["value", "folder", "model_file"] = "value"
     help: str = ""
 
 
@@ -76,11 +76,18 @@ class Settings:
         "off",
         SettingSpec("Speculative decoding", choices={
             "off": "Off", "auto": "Automatic (n-gram drafts while they pay)",
-            "ngram": "N-gram drafts (from the conversation itself)"},
-            help="drafts several tokens from what the conversation already holds and checks "
-                 "them in one pass: faster where a reply copies its input (code edits, "
-                 "quotes); a greedy reply may differ from one without it only where two "
-                 "tokens nearly tie"),
+            "ngram": "N-gram drafts (from the conversation itself)",
+            "draft": "Draft model (a smaller model of the same family proposes)"},
+            help="drafts several tokens from what the conversation already holds (or with a "
+                 "small draft model) and checks them in one pass: faster where a reply copies "
+                 "its input (code edits, quotes); a greedy reply may differ from one without "
+                 "it only where two tokens nearly tie"),
+    )  # fmt: skip
+    draft_model: str = setting(
+        "",
+        SettingSpec("Draft model", enabled_when=("speculation", "draft"), kind="model_file",
+                    help="the .gguf file of a smaller model with the same vocabulary (a "
+                         "model of another family is refused, with the reason)"),
     )  # fmt: skip
     gpu_offload: str = setting(
         "auto",
@@ -211,6 +218,12 @@ class Settings:
             problems.append("the hardware price must be 0 (left out) or more")
         if self.models_dir and Path(self.models_dir).expanduser().is_file():
             problems.append(f"the models folder {self.models_dir} is a file, not a folder")
+        if self.speculation == "draft" and not self.draft_model:
+            problems.append("speculative decoding with a draft model needs the draft model's "
+                            "file (Draft model)")  # fmt: skip
+        elif self.draft_model and not Path(self.draft_model).expanduser().is_file():
+            problems.append(f"the draft model {self.draft_model} is not a file: choose its "
+                            ".gguf file again")  # fmt: skip
         return problems
 
     def models_path(self) -> Path:

@@ -62,7 +62,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="KV cache type")  # fmt: skip
     p.add_argument("--flash-attn", action="store_true", default=None)
     p.add_argument("--speculation", choices=settings_mod.choices("speculation"), default=None,
-                   help="speculative decoding with n-gram drafts (default: settings)")
+                   help="speculative decoding: n-gram drafts, or a draft model's (default: "
+                        "settings)")  # fmt: skip
+    p.add_argument("--draft-model", default=None, metavar="MODEL",
+                   help="the draft model for --speculation draft: a .gguf path or an "
+                        "installed model's name (default: settings)")  # fmt: skip
     p.add_argument("--temperature", type=float, default=defaults.temperature)
     p.add_argument("--top-p", type=float, default=defaults.top_p)
     p.add_argument("--top-k", type=int, default=defaults.top_k)
@@ -211,7 +215,7 @@ def _chat(args: argparse.Namespace, docs: ChatDocs | None) -> int:
     params = params_from_settings(
         settings_mod.load(), model_path, n_ctx=args.ctx or None,
         n_threads=args.threads or None, kv_type=args.kv, flash_attn=args.flash_attn,
-        speculation=args.speculation,
+        draft_model_path=draft_path(resolver, args), speculation=args.speculation,
     )  # fmt: skip
     with EngineClient() as client:
         loader = ModelLoader(client, db=db)
@@ -228,6 +232,16 @@ def _chat(args: argparse.Namespace, docs: ChatDocs | None) -> int:
 
             return tool_chat(args, client, model_path, sampling)
         return _converse(args, store, ChatSession(client, store, docs), model_path, sampling)
+
+
+def draft_path(resolver: Resolver, args) -> str | None:
+    """--draft-model's file (None: the settings'); given, it turns draft speculation on."""
+    if not args.draft_model:
+        return None
+    if args.speculation in (None, "draft"):
+        args.speculation = "draft"
+        return resolve_model(resolver, args.draft_model)
+    raise SystemExit(f"deskllm: --draft-model needs --speculation draft, not {args.speculation}")
 
 
 def _routing_target(resolver: Resolver, spec: str | None) -> tuple[RemoteModel | None, str | None]:
@@ -252,7 +266,7 @@ def _auto_chat(args, resolver: Resolver, store: ConversationStore, sampling, doc
     params = params_from_settings(
         settings_mod.load(), model_path, n_ctx=args.ctx or None,
         n_threads=args.threads or None, kv_type=args.kv, flash_attn=args.flash_attn,
-        speculation=args.speculation,
+        draft_model_path=draft_path(resolver, args), speculation=args.speculation,
     )  # fmt: skip
     target, unreachable = _routing_target(resolver, args.remote)
     with EngineClient() as client:

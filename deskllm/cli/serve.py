@@ -9,7 +9,7 @@ from pathlib import Path
 
 from deskllm import settings as settings_mod
 from deskllm.backends import Resolver
-from deskllm.cli.chat import resolve_model
+from deskllm.cli.chat import draft_path, resolve_model
 from deskllm.database import open_database
 from deskllm.engine.domain import LoadParams
 from deskllm.engine.errors import EngineError
@@ -59,8 +59,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ctx", type=int, default=0, help="context length in tokens (0: settings)")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (0: settings)")
     p.add_argument("--speculation", choices=settings_mod.choices("speculation"), default=None,
-                   help="speculative decoding with n-gram drafts, for every request without "
-                        "its own (default: settings)")  # fmt: skip
+                   help="speculative decoding (n-gram drafts, or a draft model's), for every "
+                        "request without its own (default: settings)")  # fmt: skip
+    p.add_argument("--draft-model", default=None, metavar="MODEL",
+                   help="--model's draft model for --speculation draft: a .gguf path or an "
+                        "installed model's name (default: settings)")  # fmt: skip
     p.add_argument("--parallel", type=int, default=None,
                    help="requests answered at once (slots of --ctx tokens each); 0: as many "
                         "as fit, up to 4; default: the server_slots setting (0)")  # fmt: skip
@@ -136,10 +139,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     model_id = served_id(installed, model_path)
     settings = settings_mod.load()
 
+    draft = draft_path(Resolver(db), args)
+
     def params_for(path: str) -> LoadParams:
-        return params_from_settings(settings, path, n_ctx=args.ctx or None,
-                                    n_threads=args.threads or None,
-                                    speculation=args.speculation)  # fmt: skip
+        # The draft is --model's: another model of the server may be of another family.
+        return params_from_settings(
+            settings, path, n_ctx=args.ctx or None, n_threads=args.threads or None,
+            speculation=args.speculation, draft_model_path=draft if path == model_path else "",
+        )  # fmt: skip
 
     # A request naming another installed model loads it with the same settings and flags.
     installed_models = InstalledModels(library_models, params_for, _remove_installed,

@@ -44,8 +44,10 @@ class LoadParams:
     # reply's joules are then this times the seconds, labelled "estimated".
     energy_watts: float = 0.0
     # Speculative decoding (speculation.py): "off", "ngram" (draft from the sequence itself),
-    # or "auto" (n-gram drafts while they pay).
+    # "auto" (n-gram drafts while they pay) or "draft" (draft_model_path proposes).
     speculation: str = "off"
+    # A smaller model of the same family that proposes tokens (draft_model.py); "": none.
+    draft_model_path: str = ""
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,8 @@ class Sampling:
     think: str | None = None
     reasoning_budget: int = 0
     split_reasoning: bool = True
-    # This request's speculative decoding ("off" | "ngram" | "auto"); None: the load's.
+    # This request's speculative decoding ("off" | "ngram" | "auto" | "draft": the load's
+    # draft model, n-gram drafts where none is loaded); None: the load's.
     speculation: str | None = None
 
     @classmethod

@@ -306,12 +306,17 @@ class LlamaModel:
         return buf.raw[:n] if n > 0 else b""
 
     def close(self) -> None:
-        if getattr(self, "ctx", None):
-            L.llama_free(self.ctx)
-            self.ctx = None
-        if getattr(self, "model", None):
-            L.llama_model_free(self.model)
-            self.model = None
+        free_model(self)
+
+
+def free_model(owner: object) -> None:
+    """Free `owner`'s llama.cpp context and model (`ctx`, `model`), once."""
+    if getattr(owner, "ctx", None):
+        L.llama_free(owner.ctx)
+        owner.ctx = None
+    if getattr(owner, "model", None):
+        L.llama_model_free(owner.model)
+        owner.model = None
 
 
 @functools.lru_cache(maxsize=32)

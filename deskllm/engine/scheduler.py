@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from deskllm.engine.domain import LoadParams, Sampling, TokenLogprob
+from deskllm.engine.draft_model import DRAFT_MODEL_MOST, DraftModel
 from deskllm.engine.errors import EngineError
 from deskllm.engine.kv_cache import (
     KvState,
@@ -203,6 +204,15 @@ class Scheduler(LlamaModel):
         self.save_seconds: list[float] = []  # each slot state saved, for the figures
         self._other_load: OtherLoad | None = None
         self.governor = self._make_governor()
+        # Draft-model speculation: the draft loads beside the model, its pool as large.
+        self.draft_model: DraftModel | None = None
+        if params.draft_model_path:
+            try:
+                self.draft_model = DraftModel(params.draft_model_path, self.vocab, n_slots,
+                                              self.n_ctx, params.n_threads, use_extra_bufts)
+            except EngineError:
+                self.close()  # the model, its context and the load figures' thread
+                raise
         self.step_costs = StepCosts()  # decode seconds by size, for "auto" speculation
         self.acceptance = AcceptanceByOrder()  # and how often drafts are taken
         self._try_deadline = 0.0  # when a step trying another thread count is stopped
@@ -343,7 +353,10 @@ class Scheduler(LlamaModel):
             run.matcher = StopMatcher(tuple(run.sampling.stop))
             run.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
             mode = run.sampling.speculation or self.params.speculation
-            if mode != "off":
+            if mode == "draft" and self.draft_model is not None:
+                run.drafter = self.draft_model.drafter(slot.index, run.prompt)
+                run.policy = DraftPolicy(most=DRAFT_MODEL_MOST)
+            elif mode != "off":  # "draft" without a draft model loaded: n-gram drafts
                 run.drafter, run.policy = NgramIndex(run.prompt), DraftPolicy(mode == "auto")
             self.running[run.request_id] = run
             if self.on_admitted is not None:
@@ -866,6 +879,8 @@ class Scheduler(LlamaModel):
     def _set_threads(self, n_threads: int | None, why: str) -> None:
         if n_threads is not None:
             L.llama_set_n_threads(self.ctx, n_threads, n_threads)
+            if self.draft_model is not None:
+                self.draft_model.set_threads(n_threads)
             log.debug("threads → %d (%s; others %.2f)", n_threads, why, self.governor.others)
 
     @property
@@ -968,4 +983,6 @@ class Scheduler(LlamaModel):
         if getattr(self, "_batch", None) is not None:
             L.llama_batch_free(self._batch)
             self._batch = None
+        if getattr(self, "draft_model", None) is not None:
+            self.draft_model.close()
         super().close()

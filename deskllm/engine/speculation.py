@@ -92,6 +92,7 @@ class DraftPolicy:
     acceptance, none where none does."""
 
     auto: bool = False
+    most: int = MAX_DRAFT  # the longest draft
     length: int = START_DRAFT
     misses: int = 0
     wait: int = 0
@@ -155,7 +156,7 @@ class DraftPolicy:
         self.rejected += accepted < drafted
         self.passes += 1
         if accepted == drafted:
-            self.length = min(self.length * 2, MAX_DRAFT)
+            self.length = min(self.length * 2, self.most)
             self.misses, self.back_off = 0, BACK_OFF_STEPS
         else:
             self.length = max(accepted + 1, 2)

@@ -42,11 +42,13 @@ SPIN_LIMIT = 1 << 30
 
 
 class _FolderField(QWidget):
-    """A folder path with a Choose… button."""
+    """A folder path (or, `model_file`, a .gguf file's) with a Choose… button."""
 
-    def __init__(self, value: str, placeholder: str, title: str) -> None:
+    def __init__(self, value: str, placeholder: str, title: str,
+                 model_file: bool = False) -> None:  # fmt: skip
         super().__init__()
         self.title = title
+        self.model_file = model_file
         self.edit = QLineEdit(value)
         self.edit.setPlaceholderText(placeholder)
         browse = QPushButton("Choose…")
@@ -57,9 +59,11 @@ class _FolderField(QWidget):
         row.addWidget(browse)
 
     def _choose(self) -> None:
-        chosen = QFileDialog.getExistingDirectory(
-            self, self.title, self.edit.text() or self.edit.placeholderText()
-        )
+        start = self.edit.text() or self.edit.placeholderText()
+        if self.model_file:
+            chosen = QFileDialog.getOpenFileName(self, self.title, start, "GGUF models (*.gguf)")[0]
+        else:
+            chosen = QFileDialog.getExistingDirectory(self, self.title, start)
         if chosen:
             self.edit.setText(chosen)
 
@@ -73,6 +77,8 @@ class _FolderField(QWidget):
 def _widget(spec: SettingSpec, value: Any) -> QWidget:
     if spec.kind == "folder":
         return _FolderField(value, str(paths.models_dir()), spec.label)
+    if spec.kind == "model_file":
+        return _FolderField(value, "none", spec.label, model_file=True)
     if spec.choices:
         box = QComboBox()
         for choice, label in spec.choices.items():

@@ -108,6 +108,8 @@ class ModelLoader:
         report = self._reserved(self._hardware())
         if report is None:
             return LoadCheck(replace(params, gpu_auto=False), None, Corrections())
+        if params.draft_model_path:
+            report = self._beside_draft(report, params)
         corrections = self._corrections(header.architecture)
         planner = FitPlanner(
             report, use_extra_bufts=params.use_extra_bufts, corrections=lambda _a: corrections
@@ -153,6 +155,30 @@ class ModelLoader:
             if same_place and refused is None:
                 return n
         return 1
+
+    def _beside_draft(self, report: HardwareReport, params: LoadParams) -> HardwareReport:
+        """The machine as the model sees it once its draft model is loaded (on the CPU, a pool
+        as large as the model's): less the draft's RAM. Raises TOO_BIG, with the numbers,
+        where the draft alone does not fit."""
+        path = Path(params.draft_model_path)
+        try:
+            header = read_header(path)
+        except GgufError as exc:
+            raise EngineError(f"the draft model: {exc}", ErrorKind.BAD_MODEL) from None
+        corrections = self._corrections(header.architecture)
+        planner = FitPlanner(report, use_extra_bufts=bool(params.use_extra_bufts),
+                             corrections=lambda _a: corrections)  # fmt: skip
+        draft = replace(params, model_path=str(path), n_gpu_layers=0, gpu_auto=False,
+                        kv_type="f16", flash_attn=False)  # its context's: llama.cpp's defaults
+        reason = self._refusal(planner, header, draft)
+        if reason:
+            raise EngineError(f"the draft model {path.name} {reason}", ErrorKind.TOO_BIG)
+        needs = planner.estimate(header, params.n_ctx * self.slots).ram_bytes
+        memory = report.memory
+        if memory.available_bytes <= 0:
+            return report
+        left = max(1, memory.available_bytes - needs)
+        return replace(report, memory=replace(memory, available_bytes=left))
 
     def _reserved(self, report: HardwareReport | None) -> HardwareReport | None:
         reserve = self.reserve() if self.reserve is not None else 0

@@ -26,6 +26,8 @@ def params_from_settings(settings: Settings, model_path: str, **overrides: Any) 
         kv_type=settings.kv_type,
         flash_attn=settings.flash_attn,
         speculation=settings.speculation,
+        # A draft only where speculation asks for one: a draft of another family is refused.
+        draft_model_path=settings.draft_model if settings.speculation == "draft" else "",
         kv_ram_budget_mb=settings.kv_ram_budget_mb,
         kv_disk_budget_mb=settings.kv_disk_budget_mb,
         energy_watts=float(settings.energy_watts),

@@ -37,11 +37,16 @@ def test_invalid_values_are_explained_and_not_saved(qtbot, dialog, tmp_path):
     dialog.set_value("models_dir", str(not_a_folder))
     dialog.set_value("gpu_offload", "manual")
     dialog.set_value("n_gpu_layers", 0)
+    assert not dialog.widgets["draft_model"].isEnabled()  # only with a draft model's drafts
+    dialog.set_value("speculation", "draft")
+    assert dialog.widgets["draft_model"].isEnabled()
+    dialog.set_value("draft_model", str(tmp_path / "gone.gguf"))
     _save(dialog)
     assert dialog.isVisible() and dialog.result() == 0
     problems = dialog.problems.text()
     assert dialog.problems.isVisible()
-    for words in ("flash attention", "at least 256", "is a file", "at least 1 layer"):
+    for words in ("flash attention", "at least 256", "is a file", "at least 1 layer",
+                  f"draft model {tmp_path / 'gone.gguf'} is not a file"):  # fmt: skip
         assert words in problems
     assert not paths.settings_path().exists()
 

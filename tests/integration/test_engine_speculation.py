@@ -90,22 +90,29 @@ def test_greedy_replies_are_plain_decodings_and_drafts_are_taken(four_slots, mes
     assert m.draft_passes < m.generated_tokens
 
 
-def test_four_streams_at_once_are_each_their_plain_reply(four_slots):
-    asks = [COPY, QUOTE, [ChatMessage("user", "List the numbers from 1 to 30, comma-separated.")],
-            [ChatMessage("user", "Write a short story about a lighthouse keeper.")]]  # fmt: skip
-    plain = [tokens_of(four_slots, m, greedy("off", max_tokens=80))[0] for m in asks]
-    spec: list = [None] * 4
+def four_at_once_against_plain(client, asks, mode: str) -> list:
+    """Each ask's greedy reply alone without drafts, then all four at once with `mode`'s:
+    each is its plain reply but for near-ties. The four (tokens, done)."""
+    plain = [tokens_of(client, m, greedy("off", max_tokens=80))[0] for m in asks]
+    spec: list = [None] * len(asks)
 
     def run(i):
-        spec[i] = tokens_of(four_slots, asks[i], greedy("ngram", max_tokens=80))
+        spec[i] = tokens_of(client, asks[i], greedy(mode, max_tokens=80))
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(asks))]
     for t in threads:
         t.start()
     for t in threads:
         t.join(300)
-    for i in range(4):
+    for i in range(len(asks)):
         assert_same_but_near_ties(plain[i], spec[i][0])
+    return spec
+
+
+def test_four_streams_at_once_are_each_their_plain_reply(four_slots):
+    asks = [COPY, QUOTE, [ChatMessage("user", "List the numbers from 1 to 30, comma-separated.")],
+            [ChatMessage("user", "Write a short story about a lighthouse keeper.")]]  # fmt: skip
+    spec = four_at_once_against_plain(four_slots, asks, "ngram")
     assert sum(s[1].metrics.draft_n_accepted for s in spec) > 0
 
 

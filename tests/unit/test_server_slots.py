@@ -67,3 +67,21 @@ def test_the_loader_plans_every_slot_s_kv(starter_model):
     with pytest.raises(EngineError, match="RAM") as refused:
         ModelLoader(None, hardware=report, slots=2).check(params(starter_model))
     assert refused.value.kind == ErrorKind.TOO_BIG
+
+
+def test_a_draft_model_is_counted_and_refused_with_numbers_where_it_does_not_fit(
+        starter_model, gemma_model):  # fmt: skip
+    """The draft loads beside the model: a machine that holds the model alone is refused the
+    pair, naming the draft; one that does not hold the draft names its numbers."""
+    alone = ram_needed(starter_model, 1)
+    with_draft = dataclasses.replace(params(starter_model), draft_model_path=str(gemma_model))
+    ModelLoader(None, hardware=report_with_ram("desktop_cpu_16gb.json", alone)).check(
+        params(starter_model))
+    with pytest.raises(EngineError) as refused:
+        ModelLoader(None, hardware=report_with_ram("desktop_cpu_16gb.json", alone)).check(
+            with_draft)
+    assert refused.value.kind == ErrorKind.TOO_BIG
+    assert str(refused.value).startswith(f"the draft model {gemma_model.name} needs ")
+    assert "of RAM" in str(refused.value)
+    roomy = ModelLoader(None, hardware=report_with_ram("desktop_cpu_16gb.json", 1 << 34))
+    assert roomy.check(with_draft).params.draft_model_path == str(gemma_model)

@@ -117,7 +117,7 @@ class ChatCompletionRequest(BaseModel):
     repeat_penalty: float | None = Field(default=None, ge=0.0)
     ignore_eos: bool = False
     # deskllm's: this request's speculative decoding (unset: the server's --speculation).
-    speculation: Literal["off", "auto", "ngram"] | None = None
+    speculation: Literal["off", "auto", "ngram", "draft"] | None = None
     # llama-server's: while a long prompt is read, stream chunks carrying `prompt_progress`.
     return_progress: bool = False
     # LM Studio's: seconds a model loaded on demand for this request stays after it (-1:

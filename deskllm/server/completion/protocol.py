@@ -38,7 +38,7 @@ class CompletionRequest(BaseModel):
     repeat_penalty: float | None = Field(default=None, ge=0.0)
     ignore_eos: bool = False
     # deskllm's: this request's speculative decoding (unset: the server's --speculation).
-    speculation: Literal["off", "auto", "ngram"] | None = None
+    speculation: Literal["off", "auto", "ngram", "draft"] | None = None
 
 
 class CompletionLogprobs(BaseModel):
