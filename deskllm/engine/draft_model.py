@@ -150,11 +150,23 @@ class DraftModel:
                 batch.seq_id[i][0] = seq
                 batch.logits[i] = start + i == len(tokens) - 1
             batch.n_tokens = len(chunk)
-            if L.llama_decode(self.ctx, batch) != 0:
-                L.llama_memory_seq_rm(self.memory, seq, pos, -1)
+            if L.llama_decode(self.ctx, batch) != 0 and not self._retry_alone(seq, pos):
                 return False  # no room in the draft's cells: no draft this step
             held.extend(chunk)
         return True
+
+    def _retry_alone(self, seq: int, pos: int) -> bool:
+        """The pool is full (other slots' sequences fill it): drop them (each is read again
+        when its slot drafts next) and decode the batch again."""
+        L.llama_memory_seq_rm(self.memory, seq, pos, -1)
+        for other, held in enumerate(self.held):
+            if other != seq and held:
+                L.llama_memory_seq_rm(self.memory, other, 0, -1)
+                held.clear()
+        if L.llama_decode(self.ctx, self._batch) == 0:
+            return True
+        L.llama_memory_seq_rm(self.memory, seq, pos, -1)
+        return False
 
     def _best(self) -> tuple[int, float]:
         """The draft's greedy token after the last read, and its probability."""

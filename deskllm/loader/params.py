@@ -26,13 +26,15 @@ def params_from_settings(settings: Settings, model_path: str, **overrides: Any) 
         kv_type=settings.kv_type,
         flash_attn=settings.flash_attn,
         speculation=settings.speculation,
-        # A draft only where speculation asks for one: a draft of another family is refused.
-        draft_model_path=settings.draft_model if settings.speculation == "draft" else "",
+        draft_model_path=settings.draft_model,
         kv_ram_budget_mb=settings.kv_ram_budget_mb,
         kv_disk_budget_mb=settings.kv_disk_budget_mb,
         energy_watts=float(settings.energy_watts),
     )
-    return LoadParams(**(base | {k: v for k, v in overrides.items() if v is not None}))
+    chosen = base | {k: v for k, v in overrides.items() if v is not None}
+    if chosen["speculation"] != "draft":
+        chosen["draft_model_path"] = ""  # a draft loads only where its drafts are asked for
+    return LoadParams(**chosen)
 
 
 def cost_rates_from_settings(settings: Settings, **overrides: float | None) -> LocalCostRates:

@@ -45,6 +45,19 @@ def test_load_params_take_settings_and_overrides():
     assert q.n_ctx == 512 and q.kv_type == "q8_0"
 
 
+def test_a_draft_model_loads_only_where_its_drafts_are_asked_for():
+    s = settings.Settings(speculation="draft", draft_model="/small.gguf")
+    assert params_from_settings(s, "/m.gguf").draft_model_path == "/small.gguf"
+    # --speculation ngram on the command line: the settings' draft stays unloaded.
+    assert params_from_settings(s, "/m.gguf", speculation="ngram").draft_model_path == ""
+    # Another model of the server (its draft_model_path ""): none.
+    assert params_from_settings(s, "/other.gguf", draft_model_path="").draft_model_path == ""
+    off = settings.Settings(speculation="off", draft_model="/small.gguf")
+    assert params_from_settings(off, "/m.gguf").draft_model_path == ""
+    asked = params_from_settings(off, "/m.gguf", speculation="draft", draft_model_path="/d.gguf")
+    assert (asked.speculation, asked.draft_model_path) == ("draft", "/d.gguf")
+
+
 def test_a_value_of_the_wrong_type_falls_back_to_its_default(caplog):
     paths.settings_path().write_text(
         json.dumps({"n_ctx": "8192", "flash_attn": 1, "theme": ["dark"], "n_threads": 3})
