@@ -8,20 +8,28 @@ one JSON object.
 bench/fetch_gemma.sh put it). Per model, one engine per configuration stays loaded for the
 whole run, as the app keeps its model loaded while the machine gets busy and free again:
 fixed counts (1, half the physical cores, one less than all, all) and Automatic (threads 0:
-it starts at the physical cores and adapts, deskllm/engine/thread_governor.py). Each round,
+it starts at the physical cores and adapts, deskllm/engine/thread_governor.py), and a
+control: a second engine of the all-cores count (the noise floor). Each round,
 the machine idle, then busy (the bench starts one busy process per logical core, a pure
 Python loop, and stops it), 2 s to settle each time; each configuration in turn (the order
-reversed every round) gets one greedy request: a ~300-token prompt of its own (nothing
-cached) and --tokens tokens (ignore_eos). Speeds are the engine's own figures (Metrics:
-tg_tps from first to last token, pp_tps over the evaluated prompt), medians over the rounds.
+rotated every round: each comes first, right after the other condition, as often; use a
+multiple of the configurations for --rounds) gets one greedy request: a ~300-token prompt of
+its own (nothing cached) and --tokens tokens (ignore_eos). Speeds are the engine's own
+figures (Metrics: tg_tps from first to last token, pp_tps over the evaluated prompt), medians
+over the rounds.
 
-Keys per model and condition ("idle", "busy"): fixed_N {decode, prompt}, auto {decode, prompt,
+Keys per model and condition ("idle", "busy"): fixed_N and control {decode, prompt}, auto
+{decode, prompt,
 threads: the count at each reply's end}. Per model, and at the top level the worst across
 models:
   busy_auto_over_best_fixed   Automatic's decode tok/s / the best fixed count's (target >= 0.9)
   idle_auto_over_best_fixed   the same on the idle machine (target >= 0.97)
   busy_auto_prompt_over_best_fixed, idle_auto_prompt_over_best_fixed
                               the same for prompt tok/s (reported, no target)
+  busy_control_over_twin, idle_control_over_twin
+                              a second engine of the all-cores count over its twin: how far
+                              two identical configurations scatter in this run (per model;
+                              at the top level the one farthest from 1)
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ from deskllm.engine.domain import ChatMessage, LoadParams, Sampling
 from deskllm.engine.load_defaults import resolve_params
 
 SETTLE_S = 2.0
+CONTROL = "control"
 TEXT = ("The lighthouse keeper wrote down the weather every hour: the wind, the clouds, the "
         "height of the waves and the ships that passed. ") * 12  # fmt: skip
 
@@ -81,6 +90,10 @@ def measure(path: str, args: argparse.Namespace) -> dict:
         for n in thread_counts()
     }
     configs["auto"] = resolve_params(LoadParams(model_path=path, n_ctx=1024), None)
+    # The noise floor: a second engine of the all-cores count, measured like the others but
+    # never the best fixed one. Its ratio to its twin says how far two identical
+    # configurations scatter on this machine in this run.
+    configs[CONTROL] = configs[f"fixed_{max(thread_counts())}"]
     clients = {name: EngineClient() for name in configs}
     samples: dict = {cond: {name: [] for name in configs} for cond in ("idle", "busy")}
     try:
@@ -98,7 +111,7 @@ def measure(path: str, args: argparse.Namespace) -> dict:
                         samples[cond][name].append(reply(clients[name], args.tokens))
                 finally:
                     stop_load(load)
-            order.reverse()
+            order = order[1:] + order[:1]  # each configuration first in turn
     finally:
         for client in clients.values():
             client.close()
@@ -112,12 +125,16 @@ def measure(path: str, args: argparse.Namespace) -> dict:
                 figures[name]["threads"] = [r["threads"] for r in runs]
                 figures[name]["reasons"] = [r["reason"] for r in runs]
         result[cond] = figures
-        fixed = [f for name, f in figures.items() if name != "auto"]
+        fixed = [f for name, f in figures.items() if name.startswith("fixed_")]
         for key, suffix in (("decode", ""), ("prompt", "_prompt")):
             best = max(f[key] for f in fixed)
             result[f"{cond}_auto{suffix}_over_best_fixed"] = (
                 round(figures["auto"][key] / best, 3) if best else None
             )
+        twin = figures[f"fixed_{max(thread_counts())}"]["decode"]
+        result[f"{cond}_control_over_twin"] = (
+            round(figures[CONTROL]["decode"] / twin, 3) if twin else None
+        )
     return result
 
 
@@ -132,6 +149,8 @@ def main() -> int:
     result |= {"rounds": args.rounds, "tokens": args.tokens, "thread_counts": thread_counts()}
     add_worst(result, {f"{cond}_auto{suffix}_over_best_fixed": min
                        for cond in ("busy", "idle") for suffix in ("", "_prompt")})  # fmt: skip
+    add_worst(result, {f"{cond}_control_over_twin": lambda v: max(v, key=lambda x: abs(x - 1))
+                       for cond in ("busy", "idle")})  # fmt: skip
     print(json.dumps(result, indent=2))
     return 0
 
