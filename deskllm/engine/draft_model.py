@@ -195,9 +195,15 @@ class ModelDrafter:
 
     def __init__(self, model: DraftModel, seq: int, tokens: list[int]) -> None:
         self.model, self.seq, self.tokens = model, seq, list(tokens)
+        self.started = False
 
     def extend(self, tokens: list[int]) -> None:
         self.tokens.extend(tokens)
 
     def propose(self, limit: int) -> list[int]:
+        if not self.started:
+            # The reply's first token goes out before the draft reads the prompt (as
+            # llama-server does): a long prompt would otherwise wait for both models.
+            self.started = True
+            return []
         return self.model.propose(self.seq, self.tokens, limit)
