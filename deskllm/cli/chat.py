@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 from deskllm import settings as settings_mod
 from deskllm.backends import AUTO, Resolver
@@ -25,7 +26,7 @@ from deskllm.remote.router import (
     Router,
     threshold_for_share,
 )
-from deskllm.store import ConversationStore, ModelNotFound, open_database
+from deskllm.store import ConversationStore, ModelLibrary, ModelNotFound, open_database
 from deskllm.store.chat_session import ChatSession
 
 
@@ -65,8 +66,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="speculative decoding: n-gram drafts, or a draft model's (default: "
                         "settings)")  # fmt: skip
     p.add_argument("--draft-model", default=None, metavar="MODEL",
-                   help="the draft model for --speculation draft: a .gguf path or an "
-                        "installed model's name (default: settings)")  # fmt: skip
+                   help="the draft model for --speculation draft: a .gguf path, an "
+                        "installed model's name, or auto: the installed model the library "
+                        "suggests (default: settings)")  # fmt: skip
     p.add_argument("--temperature", type=float, default=defaults.temperature)
     p.add_argument("--top-p", type=float, default=defaults.top_p)
     p.add_argument("--top-k", type=int, default=defaults.top_k)
@@ -215,7 +217,7 @@ def _chat(args: argparse.Namespace, docs: ChatDocs | None) -> int:
     params = params_from_settings(
         settings_mod.load(), model_path, n_ctx=args.ctx or None,
         n_threads=args.threads or None, kv_type=args.kv, flash_attn=args.flash_attn,
-        draft_model_path=draft_path(resolver, args), speculation=args.speculation,
+        draft_model_path=draft_path(resolver, args, model_path), speculation=args.speculation,
     )  # fmt: skip
     with EngineClient() as client:
         loader = ModelLoader(client, db=db)
@@ -234,14 +236,23 @@ def _chat(args: argparse.Namespace, docs: ChatDocs | None) -> int:
         return _converse(args, store, ChatSession(client, store, docs), model_path, sampling)
 
 
-def draft_path(resolver: Resolver, args) -> str | None:
-    """--draft-model's file (None: the settings'); given, it turns draft speculation on."""
+def draft_path(resolver: Resolver, args, model_path: str) -> str | None:
+    """--draft-model's file (None: the settings'); given, it turns draft speculation on.
+    "auto": the installed model the library suggests for `model_path`."""
     if not args.draft_model:
         return None
-    if args.speculation in (None, "draft"):
-        args.speculation = "draft"
+    if args.speculation not in (None, "draft"):
+        raise SystemExit(
+            f"deskllm: --draft-model needs --speculation draft, not {args.speculation}")
+    args.speculation = "draft"
+    if args.draft_model != "auto":
         return resolve_model(resolver, args.draft_model)
-    raise SystemExit(f"deskllm: --draft-model needs --speculation draft, not {args.speculation}")
+    suggested = ModelLibrary(resolver.db).suggest_draft(model_path)
+    if suggested is None:
+        raise SystemExit(f"deskllm: no installed model can draft for {Path(model_path).name}: "
+                         "one with the same vocabulary and a smaller file is needed")  # fmt: skip
+    print(f"[draft model: {suggested.name}]", file=sys.stderr)
+    return suggested.path
 
 
 def _routing_target(resolver: Resolver, spec: str | None) -> tuple[RemoteModel | None, str | None]:
@@ -266,7 +277,7 @@ def _auto_chat(args, resolver: Resolver, store: ConversationStore, sampling, doc
     params = params_from_settings(
         settings_mod.load(), model_path, n_ctx=args.ctx or None,
         n_threads=args.threads or None, kv_type=args.kv, flash_attn=args.flash_attn,
-        draft_model_path=draft_path(resolver, args), speculation=args.speculation,
+        draft_model_path=draft_path(resolver, args, model_path), speculation=args.speculation,
     )  # fmt: skip
     target, unreachable = _routing_target(resolver, args.remote)
     with EngineClient() as client:

@@ -62,8 +62,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="speculative decoding (n-gram drafts, or a draft model's), for every "
                         "request without its own (default: settings)")  # fmt: skip
     p.add_argument("--draft-model", default=None, metavar="MODEL",
-                   help="--model's draft model for --speculation draft: a .gguf path or an "
-                        "installed model's name (default: settings)")  # fmt: skip
+                   help="--model's draft model for --speculation draft: a .gguf path, an "
+                        "installed model's name, or auto: the installed model the library "
+                        "suggests (default: settings)")  # fmt: skip
     p.add_argument("--parallel", type=int, default=None,
                    help="requests answered at once (slots of --ctx tokens each); 0: as many "
                         "as fit, up to 4; default: the server_slots setting (0)")  # fmt: skip
@@ -139,7 +140,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     model_id = served_id(installed, model_path)
     settings = settings_mod.load()
 
-    draft = draft_path(Resolver(db), args)
+    draft = draft_path(Resolver(db), args, model_path)
 
     def params_for(path: str) -> LoadParams:
         # The draft is --model's: another model of the server may be of another family.

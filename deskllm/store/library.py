@@ -11,7 +11,7 @@ from pathlib import Path
 from sqlite_utils import Database
 
 from deskllm.catalog.quants import file_type_name
-from deskllm.gguf.header import GgufHeader, read_header
+from deskllm.gguf.header import GgufError, GgufHeader, read_header
 
 log = logging.getLogger("deskllm.store")
 
@@ -80,6 +80,21 @@ def describe(header: GgufHeader, path: Path) -> dict:
         "has_chat_template": int(bool(header.chat_template)),
         "license": str(meta.get("general.license") or ""),
     }
+
+
+# A draft's file at most this share of its model's (a Q4_1 copy of a Q8_0 one: 0.68; a 1B for
+# an 8B: ~0.13). Whether it pays on a machine, bench/spec.py measures.
+DRAFT_SIZE_SHARE = 0.75
+
+
+def vocabulary_key(header: GgufHeader) -> tuple:
+    """What two models must share for one to draft for the other, as the header tells it."""
+    m = header.metadata
+    tokens = header.array_lengths.get("tokenizer.ggml.tokens")
+    if tokens is None:
+        tokens = len(m.get("tokenizer.ggml.tokens") or ())
+    return (m.get("tokenizer.ggml.model"), tokens, m.get("tokenizer.ggml.bos_token_id"),
+            m.get("tokenizer.ggml.eos_token_id"))  # fmt: skip
 
 
 def _is_starter_file(path: str) -> bool:
@@ -161,6 +176,27 @@ class ModelLibrary:
         if found is None:
             raise ModelNotFound(f"no installed model matches {name!r}; see `deskllm models`")
         return found.path
+
+    def suggest_draft(self, model_path: str) -> InstalledModel | None:
+        """The installed model likeliest to draft well for `model_path` (speculative
+        decoding): the same vocabulary by the headers (tokenizer, token count, BOS and EOS
+        ids), a file at most DRAFT_SIZE_SHARE of the model's; of those the largest (a larger
+        draft is taken more often). The engine checks the token texts when it loads it."""
+        try:
+            wanted = vocabulary_key(read_header(Path(model_path)))
+            size = Path(model_path).stat().st_size
+        except (GgufError, OSError):
+            return None
+        fits = []
+        for model in self.list():
+            if not model.exists or model.size_bytes > DRAFT_SIZE_SHARE * size:
+                continue
+            try:
+                if vocabulary_key(read_header(Path(model.path))) == wanted:
+                    fits.append(model)
+            except GgufError:
+                continue
+        return max(fits, key=lambda m: m.size_bytes, default=None)
 
     def missing(self) -> list[InstalledModel]:
         """Models whose file is gone (moved or deleted outside the app)."""

@@ -114,3 +114,20 @@ def test_a_request_for_draft_without_a_draft_model_gets_ngram_drafts(starter_mod
                                kv_disk_budget_mb=0))  # fmt: skip
         done = client.chat(uuid.uuid4().hex, QUOTE, greedy("draft")).wait().done
     assert done is not None and done.metrics.draft_n > 0
+
+
+def test_the_library_suggests_a_draft_of_the_same_vocabulary_and_a_smaller_file(
+        pair, gemma_model, tmp_path):  # fmt: skip
+    from deskllm.database.connection import open_database
+    from deskllm.store.library import ModelLibrary
+
+    target, draft = pair
+    db = open_database(tmp_path / "store.sqlite3")
+    library = ModelLibrary(db)
+    for path in (target, draft, gemma_model):
+        library.add(path)
+    suggested = library.suggest_draft(str(target))
+    assert suggested is not None and suggested.path == str(Path(draft).resolve())
+    assert library.suggest_draft(str(draft)) is None  # nothing smaller speaks its tokens
+    assert library.suggest_draft(str(gemma_model)) is None  # another vocabulary only
+    db.close()
