@@ -62,13 +62,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kv", choices=settings_mod.choices("kv_type"), default=None,
                    help="KV cache type")  # fmt: skip
     p.add_argument("--flash-attn", action="store_true", default=None)
-    p.add_argument("--speculation", choices=settings_mod.choices("speculation"), default=None,
-                   help="speculative decoding: n-gram drafts, or a draft model's (default: "
-                        "settings)")  # fmt: skip
-    p.add_argument("--draft-model", default=None, metavar="MODEL",
-                   help="the draft model for --speculation draft: a .gguf path, an "
-                        "installed model's name, or auto: the installed model the library "
-                        "suggests (default: settings)")  # fmt: skip
+    add_speculation_arguments(p)
     p.add_argument("--temperature", type=float, default=defaults.temperature)
     p.add_argument("--top-p", type=float, default=defaults.top_p)
     p.add_argument("--top-k", type=int, default=defaults.top_k)
@@ -234,6 +228,19 @@ def _chat(args: argparse.Namespace, docs: ChatDocs | None) -> int:
 
             return tool_chat(args, client, model_path, sampling)
         return _converse(args, store, ChatSession(client, store, docs), model_path, sampling)
+
+
+def add_speculation_arguments(p: argparse.ArgumentParser, whose: str = "",
+                              scope: str = "") -> None:  # fmt: skip
+    """--speculation and --draft-model, as `chat` and `serve` take them (`whose`: what the
+    draft is for, `scope`: what the speculation applies to, in the help)."""
+    p.add_argument("--speculation", choices=settings_mod.choices("speculation"), default=None,
+                   help=f"speculative decoding: n-gram drafts, or a draft model's{scope} "
+                        "(default: settings)")  # fmt: skip
+    p.add_argument("--draft-model", default=None, metavar="MODEL",
+                   help=f"{whose or 'the'} draft model for --speculation draft: a .gguf path, "
+                        "an installed model's name, or auto: the installed model the library "
+                        "suggests (default: settings)")  # fmt: skip
 
 
 def draft_path(resolver: Resolver, args, model_path: str) -> str | None:

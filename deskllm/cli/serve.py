@@ -9,7 +9,7 @@ from pathlib import Path
 
 from deskllm import settings as settings_mod
 from deskllm.backends import Resolver
-from deskllm.cli.chat import draft_path, resolve_model
+from deskllm.cli.chat import add_speculation_arguments, draft_path, resolve_model
 from deskllm.database import open_database
 from deskllm.engine.domain import LoadParams
 from deskllm.engine.errors import EngineError
@@ -58,13 +58,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="requests that may wait while one is answered; more get 429")  # fmt: skip
     p.add_argument("--ctx", type=int, default=0, help="context length in tokens (0: settings)")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (0: settings)")
-    p.add_argument("--speculation", choices=settings_mod.choices("speculation"), default=None,
-                   help="speculative decoding (n-gram drafts, or a draft model's), for every "
-                        "request without its own (default: settings)")  # fmt: skip
-    p.add_argument("--draft-model", default=None, metavar="MODEL",
-                   help="--model's draft model for --speculation draft: a .gguf path, an "
-                        "installed model's name, or auto: the installed model the library "
-                        "suggests (default: settings)")  # fmt: skip
+    add_speculation_arguments(p, "--model's", ", for every request without its own")
     p.add_argument("--parallel", type=int, default=None,
                    help="requests answered at once (slots of --ctx tokens each); 0: as many "
                         "as fit, up to 4; default: the server_slots setting (0)")  # fmt: skip
