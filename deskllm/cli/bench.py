@@ -141,6 +141,15 @@ def format_suite(result: dict) -> str:
         points = ", ".join(f"{p['depth']}: {num(p['tg_tps'])}" for p in result["depth_tps"])
         lines.append(f"depth    decode tok/s at tokens in context: {points}")
     lines.append(f"chosen   {result['chosen']['id'] or 'none'}: {result['chosen']['reason']}")
+    speculation = result.get("speculation")
+    if speculation:
+        for row in speculation["measured"]:
+            lines.append(f"drafts   {row['label']}: " + (
+                f"failed: {row['error']}" if row.get("error") else
+                f"quoting {num(row['copy_tps'])} tok/s ({row['copy_over_off']:.2f}× off), "
+                f"free text {num(row['free_tps'])} tok/s ({row['free_over_off']:.2f}× off)"))
+        chosen = speculation["chosen"]
+        lines.append(f"automatic speculation  {chosen['label']}: {chosen['reason']}")
     if ceiling:
         lines.append(f"ceiling  {ceiling:.0f} tok/s decode (memory bandwidth / bytes per token)")
     return "\n".join(lines)

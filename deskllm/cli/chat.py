@@ -108,6 +108,8 @@ def _print_load(check: LoadCheck | None, loaded: Loaded) -> None:
         return
     if check.measured:  # an automatic load that followed `deskllm bench --suite`
         print(f"[automatic configuration: {check.measured}]", file=sys.stderr)
+    if check.speculation:  # Automatic speculation that followed it
+        print(f"[automatic speculation: {check.speculation}]", file=sys.stderr)
     est = check.plan.estimate
     samples = check.corrections.samples
     calibrated = f"calibrated by {samples} earlier loads" if samples else "not calibrated yet"

@@ -44,7 +44,8 @@ class LoadParams:
     # reply's joules are then this times the seconds, labelled "estimated".
     energy_watts: float = 0.0
     # Speculative decoding (speculation.py): "off", "ngram" (draft from the sequence itself),
-    # "auto" (n-gram drafts while they pay) or "draft" (draft_model_path proposes).
+    # "auto" (n-gram drafts while they pay; the draft model where one is loaded: the loader
+    # chose it from the benchmark) or "draft" (draft_model_path proposes).
     speculation: str = "off"
     # A smaller model of the same family that proposes tokens (draft_model.py); "": none.
     draft_model_path: str = ""

@@ -353,7 +353,8 @@ class Scheduler(LlamaModel):
             run.matcher = StopMatcher(tuple(run.sampling.stop))
             run.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
             mode = run.sampling.speculation or self.params.speculation
-            if mode == "draft" and self.draft_model is not None:
+            # "auto" with a draft model loaded: the load chose it (measured to pay).
+            if mode in ("draft", "auto") and self.draft_model is not None:
                 run.drafter = self.draft_model.drafter(slot.index, run.prompt)
                 run.policy = DraftPolicy(most=DRAFT_MODEL_MOST)
             elif mode != "off":  # "draft" without a draft model loaded: n-gram drafts

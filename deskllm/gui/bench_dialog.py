@@ -36,7 +36,7 @@ from deskllm.gui.tasks import TaskRunner
 from deskllm.loader.params import cost_rates_from_settings
 from deskllm.measure.suite import BenchSuite, SuiteCancelled
 from deskllm.planner.measured_configs import config_label, save_suite
-from deskllm.store import open_database
+from deskllm.store import ModelLibrary, open_database
 
 # Said before a run where the app may hold a model: the suite loads its own copy.
 UNLOAD_NOTE = "The loaded model is unloaded during the benchmark and loaded again after it."
@@ -192,9 +192,12 @@ class BenchSuiteDialog(QDialog):
 
     @staticmethod
     def _run(suite: BenchSuite) -> dict[str, Any]:
-        result = suite.run()
         db = open_database()  # this worker thread's own connection
         try:
+            # The installed models that can draft for it, for the speculation stage.
+            library = ModelLibrary(db)
+            suite.drafts = [m.path for m in library.draft_candidates(suite.model_path)]
+            result = suite.run()
             save_suite(db, result)
         finally:
             db.close()
@@ -247,4 +250,8 @@ class BenchSuiteDialog(QDialog):
         chosen = result["chosen"]
         ceiling = result.get("ceiling_tps")
         bound = f" The bandwidth ceiling is {ceiling:.0f} tok/s." if ceiling else ""
-        self.chosen.setText(f"Chosen: {chosen['id'] or 'none'} — {chosen['reason']}.{bound}")
+        speculation = (result.get("speculation") or {}).get("chosen")
+        drafts = (f" Automatic speculation: {speculation['label']} ({speculation['reason']})."
+                  if speculation else "")  # fmt: skip
+        self.chosen.setText(
+            f"Chosen: {chosen['id'] or 'none'} — {chosen['reason']}.{bound}{drafts}")

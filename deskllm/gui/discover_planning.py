@@ -10,6 +10,7 @@ from deskllm.catalog.hub import CatalogError, HubCatalog
 from deskllm.hardware.report import HardwareReport
 from deskllm.planner.catalog_plan import CatalogPlan
 from deskllm.planner.plan_model import ModelPlan
+from deskllm.store.library import DraftPairs, InstalledModel, draft_pairs, vocabulary_key
 
 
 def this_hardware() -> HardwareReport:
@@ -73,3 +74,46 @@ def plan_curated(
     )
     qualities = QualityResults(cache.db).latest_by_file()
     return CuratedAnswer(plan, catalog.catalog_date, catalog.refreshed_at, speeds, qualities)
+
+
+@dataclass(frozen=True)
+class QuantPairs:
+    """A planned file of a repo and the installed models it pairs with for speculative
+    decoding (same vocabulary, one at most DRAFT_SIZE_SHARE of the other's size)."""
+
+    quant: str
+    file: str
+    pairs: DraftPairs
+
+
+def repo_draft_pairs(
+    catalog: HubCatalog, plan: ModelPlan, models: list[InstalledModel], cached_only: bool
+) -> tuple[QuantPairs, ...]:
+    """Which installed `models` can draft for each planned file of the repo, and which it can
+    draft for, by the file's remote header: planning read and cached it, so this reads none
+    again. With `cached_only` (a curated repo: its plan reads no header) only headers read
+    earlier count. Best quality first, as `plan.plans`; files that pair with nothing are left
+    out."""
+    from deskllm.catalog.remote_header import remote_header
+
+    details = catalog.cached_repo(plan.model) if models else None
+    if details is None:
+        return ()
+    first_parts = {f.first_path: f.parts[0] for f in details.files if f.parts}
+    found: list[QuantPairs] = []
+    for quant_plan in plan.plans:
+        part = first_parts.get(quant_plan.file)
+        if part is None or (cached_only and not _header_cached(catalog, part.sha256)):
+            continue
+        try:  # the tokenizer is in the first part's metadata
+            header = remote_header(catalog, plan.model, part.path, sha256=part.sha256).header
+        except Exception:  # pairs are an aside: any failure leaves the plan as it is
+            continue
+        pairs = draft_pairs(vocabulary_key(header), quant_plan.size_bytes, models)
+        if pairs.drafts or pairs.drafts_for:
+            found.append(QuantPairs(quant_plan.quant, quant_plan.file, pairs))
+    return tuple(found)
+
+
+def _header_cached(catalog: HubCatalog, sha256: str | None) -> bool:
+    return bool(sha256) and catalog.cache.get("header", sha256) is not None

@@ -23,7 +23,13 @@ from deskllm.catalog.quants import quality_rank
 from deskllm.downloads import DownloadState, Progress
 from deskllm.downloads.units import human_bytes
 from deskllm.gui.curated_list import CuratedList
-from deskllm.gui.discover_planning import CuratedAnswer, plan_curated, plan_repo
+from deskllm.gui.discover_planning import (
+    CuratedAnswer,
+    QuantPairs,
+    plan_curated,
+    plan_repo,
+    repo_draft_pairs,
+)
 from deskllm.gui.download_bridge import DownloadBridge
 from deskllm.gui.download_row import DownloadRow
 from deskllm.gui.plan_text import fit_badge, memory_text, quality_text, speed_text
@@ -50,6 +56,7 @@ from deskllm.gui.qt import (
 from deskllm.gui.tasks import TaskRunner
 from deskllm.planner.fit import QuantPlan
 from deskllm.planner.plan_model import ModelPlan
+from deskllm.store.library import DRAFT_SIZE_SHARE, InstalledModel
 
 CONTEXTS = (2048, 4096, 8192, 16384, 32768, 65536, 131072)
 QUANT_COLUMNS = ("Quant", "File size", "Quality", "Memory", "Fit", "Expected speed", "")
@@ -62,6 +69,26 @@ def _item(text: str, align_right: bool = False) -> QTableWidgetItem:
     if align_right:
         item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
     return item
+
+
+def pairs_text(found: tuple[QuantPairs, ...]) -> str:
+    """What the Discover view says of the repo's files and the installed models, e.g. "Pairs
+    with installed models for speculative decoding: A.gguf can draft for this repo's Q8_0,
+    Q6_K; this repo's Q2_K can draft for A.gguf (…)"; "" where none pairs."""
+    drafts: dict[str, list[str]] = {}  # installed file -> the repo's quants it drafts for
+    drafted: dict[str, list[str]] = {}  # installed file -> the repo's quants that draft for it
+    for quant in found:
+        for model in quant.pairs.drafts:
+            drafts.setdefault(PurePath(model.path).name, []).append(quant.quant)
+        for model in quant.pairs.drafts_for:
+            drafted.setdefault(PurePath(model.path).name, []).append(quant.quant)
+    parts = [f"{name} can draft for this repo's {', '.join(q)}" for name, q in drafts.items()]
+    parts += [f"this repo's {', '.join(q)} can draft for {name}" for name, q in drafted.items()]
+    if not parts:
+        return ""
+    return (f"Pairs with installed models for speculative decoding: {'; '.join(parts)} (the "
+            f"same vocabulary, and a draft at most {DRAFT_SIZE_SHARE:.0%} of its model's "
+            "size)")  # fmt: skip
 
 
 def _table(columns: tuple[str, ...]) -> QTableWidget:
@@ -86,11 +113,13 @@ class DiscoverView(QWidget):
         *,
         usable_tps: float = 5.0,
         installed: Callable[[], set[str]] = set,
+        installed_models: Callable[[], list[InstalledModel]] = list,
     ) -> None:
         super().__init__(parent)
         self.downloads = downloads
         self.usable_tps = usable_tps
         self.installed = installed  # file names of the models in the library
+        self.installed_models = installed_models  # the library's models, for draft pairs
         self.speeds: dict[str, float] = {}  # decode speeds measured here, by file name
         self.qualities: dict[str, dict] = {}  # quality checks run here, by file name
         self.curated_repo = False  # the repo shown comes from the curated catalog
@@ -142,6 +171,9 @@ class DiscoverView(QWidget):
         self.quants = _table(QUANT_COLUMNS)
         self.recommended = QLabel()
         self.recommended.setWordWrap(True)
+        self.pairs = QLabel()  # which installed models pair with the repo's files as drafts
+        self.pairs.setWordWrap(True)
+        self.pairs.hide()
         self.download_status = QLabel()
         self.download_status.setWordWrap(True)
         self.downloads_box = QGroupBox("Downloads")
@@ -180,6 +212,7 @@ class DiscoverView(QWidget):
         detail_layout.addLayout(ctx)
         detail_layout.addWidget(self.quants, 1)
         detail_layout.addWidget(self.recommended)
+        detail_layout.addWidget(self.pairs)
         splitter = QSplitter(Qt.Orientation.Vertical)
         splitter.addWidget(self.lists)
         splitter.addWidget(detail)
@@ -334,6 +367,7 @@ class DiscoverView(QWidget):
         self.plan = None
         self.quants.setRowCount(0)
         self.recommended.clear()
+        self._show_pairs(())
         self.replan()
 
     def replan(self) -> None:
@@ -344,22 +378,27 @@ class DiscoverView(QWidget):
         self._plan_token += 1
         token, repo_id, n_ctx = self._plan_token, self.repo_id, self.n_ctx
         usable, speeds, curated = self.usable_tps, dict(self.speeds), self.curated_repo
+        models = self.installed_models()  # here: the library's connection is this thread's
         self.plan_status.setText(f"Planning {repo_id} for {n_ctx:,} tokens of context…")
-        self._calls.run(
-            lambda: plan_repo(repo_id, n_ctx, usable, speeds, curated),
-            lambda f: self._on_planned(token, f),
-        )
+
+        def work() -> tuple[ModelPlan, tuple[QuantPairs, ...]]:
+            plan = plan_repo(repo_id, n_ctx, usable, speeds, curated)
+            return plan, repo_draft_pairs(self._catalog(), plan, models, cached_only=curated)
+
+        self._calls.run(work, lambda f: self._on_planned(token, f))
 
     def _on_planned(self, token: int, future: Future) -> None:
         if token != self._plan_token:
             return
         try:
-            plan: ModelPlan = future.result()
+            plan, pairs = future.result()
         except Exception as exc:  # catalog, header and planner errors all carry their words
             self.quants.setRowCount(0)
+            self._show_pairs(())
             self.plan_status.setText(f"Cannot plan {self.repo_id}: {exc}")
             return
         self.plan = plan
+        self._show_pairs(pairs)
         context = f"{plan.n_ctx:,} tokens of context ({plan.kv_type} KV cache)"
         self.plan_status.setText(f"{plan.model}: {len(plan.plans)} files, at {context}")
         self.quants.setRowCount(0)
@@ -370,6 +409,11 @@ class DiscoverView(QWidget):
             self.recommended.setText(f"Recommended: {plan.recommended.reason}")
         else:
             self.recommended.setText("Nothing fits this machine at this context.")
+
+    def _show_pairs(self, found: tuple[QuantPairs, ...]) -> None:
+        text = pairs_text(found)
+        self.pairs.setText(text)
+        self.pairs.setVisible(bool(text))
 
     def _add_quant_row(self, quant_plan: QuantPlan, recommended: bool) -> None:
         row = self.quants.rowCount()

@@ -1,8 +1,10 @@
-"""The Models panel: Installed (each model's details, Load / Unload with progress, Delete,
-Reveal, Check quality (quality_check.py), Import) and Discover (Hugging Face search,
-quantizations planned for this machine, downloads; see model_discover.py).
+"""The Models panel: Installed (each model's details, the installed models that pair with it
+for speculative decoding, Load / Unload with progress, Delete, Reveal, Check quality
+(quality_check.py), Import) and Discover (Hugging Face search, quantizations planned for this
+machine, downloads; see model_discover.py).
 
-Imports read GGUF headers, so they run on a worker thread with its own SQLite connection.
+Imports and draft pairs read GGUF headers, so they run on a worker thread (imports with their
+own SQLite connection).
 
 Signals:
     load_requested(str): load this model file (path).
@@ -39,6 +41,7 @@ from deskllm.gui.quality_check import QualityCheckDialog
 from deskllm.gui.tasks import TaskRunner
 from deskllm.settings import Settings
 from deskllm.store import InstalledModel, ModelLibrary, open_database
+from deskllm.store.library import DraftPairs, installed_draft_pairs
 from deskllm.store.library_import import ImportResult, import_known_folders, import_path
 from deskllm.store.quality_results import QualityResults
 
@@ -53,7 +56,7 @@ def parameters_text(n: int) -> str:
 
 
 def model_text(model: InstalledModel) -> str:
-    size = f"{model.size_bytes / 2**20:,.0f} MiB"
+    size = mib_text(model.size_bytes)
     ctx = f"ctx {model.context_length:,}" if model.context_length else "ctx ?"
     parts = (model.name, model.architecture, parameters_text(model.parameters), model.quant)
     return " · ".join((*parts, size, ctx))
@@ -67,6 +70,28 @@ def import_summary(result: ImportResult) -> str:
         more = f" and {len(result.skipped) - 5} more" if len(result.skipped) > 5 else ""
         text += f" Skipped {len(result.skipped)}: {skipped}{more}."
     return text
+
+
+def mib_text(size_bytes: int) -> str:
+    return f"{size_bytes / 2**20:,.0f} MiB"
+
+
+def draft_text(pairs: DraftPairs) -> str:
+    """What the details say of speculative decoding: the installed draft for this model (the
+    largest that fits, as `--draft-model auto` takes), and the models this one can draft for."""
+    lines: list[str] = []
+    if pairs.drafts:
+        best, *others = pairs.drafts
+        also = f"; also {', '.join(Path(m.path).name for m in others)}" if others else ""
+        lines.append(f"Draft model for speculative decoding: {Path(best.path).name} "
+                     f"(same vocabulary, {mib_text(best.size_bytes)}){also}")  # fmt: skip
+    if pairs.drafts_for:
+        names = ", ".join(Path(m.path).name for m in pairs.drafts_for)
+        lines.append(f"Can draft for: {names}")
+    if not lines:
+        lines.append("No installed model can draft for it (a draft needs the same vocabulary "
+                     "and a smaller file)")  # fmt: skip
+    return "\n".join(lines)
 
 
 def _database_path(library: ModelLibrary) -> Path | None:
@@ -90,6 +115,8 @@ class ModelsPanel(QWidget):
         self.loading = False
         self.streaming = False  # a reply is being written: the engine is taken
         self.qualities: dict[str, dict] = {}  # quality checks run here, by file name
+        self.drafts: dict[str, str] = {}  # draft_text by model path, once worked out
+        self._drafts_token = 0
         self._calls = TaskRunner("library", self)
         self.list = QListWidget()
         self.details = QLabel()
@@ -118,6 +145,7 @@ class ModelsPanel(QWidget):
             settings.value.n_ctx,
             usable_tps=settings.value.usable_tps,
             installed=lambda: {Path(m.path).name for m in self.library.list()},
+            installed_models=self.library.list,
         )
         settings.changed.connect(self._settings_changed)
         self.tabs = QTabWidget()
@@ -185,6 +213,25 @@ class ModelsPanel(QWidget):
             self.list.addItem(item)
             if model.path in (selected, self.loaded_path) and self.list.currentItem() is None:
                 self.list.setCurrentItem(item)
+        self._update_buttons()
+        self._find_drafts()
+
+    def _find_drafts(self) -> None:
+        """Work out which installed models can draft for which (speculative decoding) on the
+        worker thread: it reads every model's header (once per file, then kept)."""
+        self._drafts_token += 1
+        token, models = self._drafts_token, self.library.list()
+        self._calls.run(
+            lambda: {
+                m.path: draft_text(installed_draft_pairs(m, models)) for m in models if m.exists
+            },
+            lambda future: self._on_drafts(token, future),
+        )
+
+    def _on_drafts(self, token: int, future: Future) -> None:
+        if token != self._drafts_token:
+            return  # the library changed since: a newer answer is on its way
+        self.drafts = future.result()
         self._update_buttons()
 
     def selected_path(self) -> str | None:
@@ -340,4 +387,6 @@ class ModelsPanel(QWidget):
             return
         measured = self.qualities.get(Path(model.path).name)
         quality = quality_text(model.quant, measured) if model.quant else "unknown quant"
-        self.details.setText(f"Where: {path}\nQuality: {quality}")
+        drafts = self.drafts.get(model.path)
+        draft_line = f"\n{drafts}" if drafts else ""  # absent until the worker has answered
+        self.details.setText(f"Where: {path}\nQuality: {quality}{draft_line}")

@@ -43,6 +43,7 @@ class LoadCheck:
     plan: FitPlan | None
     corrections: Corrections
     measured: str | None = None  # why a benchmark's configuration was taken (gpu_auto)
+    speculation: str | None = None  # what Automatic speculation took from the benchmark, why
 
 
 def _this_machine_hardware() -> HardwareReport | None:
@@ -108,6 +109,9 @@ class ModelLoader:
         report = self._reserved(self._hardware())
         if report is None:
             return LoadCheck(replace(params, gpu_auto=False), None, Corrections())
+        speculation = None
+        if params.speculation == "auto":
+            params, speculation = self._measured_speculation(params, report)
         if params.draft_model_path:
             report = self._beside_draft(report, params)
         corrections = self._corrections(header.architecture)
@@ -128,7 +132,8 @@ class ModelLoader:
         reason = self._refusal(planner, header, params)
         if reason:
             raise EngineError(f"{path.name} {reason}", ErrorKind.TOO_BIG)
-        return LoadCheck(params, plan, corrections, measured[1] if measured else None)
+        return LoadCheck(params, plan, corrections, measured[1] if measured else None,
+                         speculation)  # fmt: skip
 
     def slots_that_fit(self, params: LoadParams, most: int) -> int:
         """The most slots of `params.n_ctx` tokens each (1 to `most`) whose KV caches fit beside
@@ -179,6 +184,41 @@ class ModelLoader:
             return report
         left = max(1, memory.available_bytes - needs)
         return replace(report, memory=replace(memory, available_bytes=left))
+
+    def _measured_speculation(
+        self, params: LoadParams, report: HardwareReport
+    ) -> tuple[LoadParams, str | None]:
+        """Automatic speculation as `deskllm bench --suite` chose it for this model file on
+        this machine and build (speculation_stage): a draft model, n-gram drafts while they
+        pay ("auto" as it is) or none, and why. Without a measurement, or where the measured
+        draft is gone or no longer fits beside the model, "auto" stays n-gram drafts."""
+        from deskllm.planner.measured_configs import current_keys, stored_suite
+
+        if self.db is None:
+            return params, None
+        try:
+            result = stored_suite(self.db, current_keys(), params.model_path)
+            chosen = ((result or {}).get("speculation") or {}).get("chosen")
+        except Exception:  # a damaged record must not stop a load
+            log.warning("benchmark results unreadable; speculation as without them",
+                        exc_info=True)  # fmt: skip
+            return params, None
+        if not chosen:
+            return params, None
+        why = f"{chosen['label']} ({chosen['reason']}; deskllm bench --suite)"
+        if chosen["mode"] == "off":
+            return replace(params, speculation="off"), why
+        draft = chosen.get("draft")
+        if chosen["mode"] != "draft" or not draft:
+            return params, why
+        if not Path(draft).is_file():
+            return params, f"n-gram drafts: the measured draft model {draft} is gone"
+        with_draft = replace(params, speculation="draft", draft_model_path=draft)
+        try:
+            self._beside_draft(report, with_draft)
+        except EngineError as exc:
+            return params, f"n-gram drafts: {exc}"
+        return with_draft, why
 
     def _reserved(self, report: HardwareReport | None) -> HardwareReport | None:
         reserve = self.reserve() if self.reserve is not None else 0

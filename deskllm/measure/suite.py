@@ -17,6 +17,9 @@ finished the same shape is stopped (its engine ended) and abandoned too: the bac
 brief figures that misled (under load from other work they come closer together).
 The chosen configuration's decode speed is then measured again at a few context depths
 (tokens already in the KV cache), as attention reads the whole cache for every token.
+Last, the chosen configuration is measured with speculative decoding (speculation_stage: off,
+n-gram drafts, each installed model that can draft for it), and the Automatic speculation
+setting follows that choice.
 No rule predicts which configuration wins on a machine (the same llvmpipe device was 1.6x
 faster than the CPU on one VM of a kind and 90x slower on another), so the automatic load
 follows this measurement (see deskllm.loader).
@@ -43,6 +46,7 @@ from deskllm.gguf.header import read_header
 from deskllm.hardware.energy_cost import LocalCostRates, bench_cost_per_mtok
 from deskllm.hardware.report import HardwareReport
 from deskllm.loader import ModelLoader
+from deskllm.measure.speculation_stage import measure_speculation
 from deskllm.planner.bench_choice import (
     BUDGET_FACTOR,
     BUDGET_FLOOR_S,
@@ -218,10 +222,15 @@ class BenchSuite:
         cost_rates: LocalCostRates | None = None,
         budget_factor: float = BUDGET_FACTOR,
         budget_floor_s: float = BUDGET_FLOOR_S,
+        speculation: bool = True,
+        drafts: list[str] | None = None,
     ) -> None:
         """`cost_rates`: the user's tariff and watts (deskllm.loader.params
         .cost_rates_from_settings); None leaves every cost unknown. `budget_factor`,
-        `budget_floor_s`: the full measurement's time budget (bench_choice.shape_deadlines)."""
+        `budget_floor_s`: the full measurement's time budget (bench_choice.shape_deadlines).
+        `speculation`: measure the chosen configuration with speculative decoding too
+        (speculation_stage), with n-gram drafts and each of `drafts` (None: the installed
+        models that can draft for it, where there is a `db`)."""
         self.model_path = str(Path(model_path))
         self.quick = quick
         self.allow_cpu_devices = allow_cpu_devices
@@ -229,6 +238,8 @@ class BenchSuite:
         self.cost_rates = cost_rates
         self.budget_factor = budget_factor
         self.budget_floor_s = budget_floor_s
+        self.speculation = speculation
+        self.drafts = drafts
         self.db = db
         self._hardware = hardware
         self._progress = on_progress or (lambda _line: None)
@@ -299,11 +310,13 @@ class BenchSuite:
                     for r in results
                 ]
                 chosen = choose(figures, self.metric)
-                depth_tps = []
+                depth_tps, speculation = [], None
                 if chosen:
                     winner = next(c for c in configs if c.id == chosen[0].id)
                     reload = results[-1]["id"] != winner.id
                     depth_tps = self._depth_curve(client, winner, reload)
+                    if self.speculation:
+                        speculation = self._speculation(client, winner)
             finally:
                 self._client = None
         by_id = {r["id"]: r for r in results}
@@ -323,6 +336,7 @@ class BenchSuite:
             skipped=skipped,
             depth_tps=depth_tps,
             depth_tokens=self.depth_tokens,
+            speculation=speculation,
         )  # fmt: skip
 
     def _measure(
@@ -459,6 +473,22 @@ class BenchSuite:
             self._progress(f"    failed: {exc}")
             return []
         return points
+
+    def _speculation(self, client: EngineClient, config: SuiteConfig) -> dict[str, Any]:
+        """The speculation stage on `config` (speculation_stage.measure_speculation)."""
+        drafts = self.drafts
+        if drafts is None:
+            drafts = []
+            if self.db is not None:
+                from deskllm.store import ModelLibrary
+
+                drafts = [m.path for m in ModelLibrary(self.db).draft_candidates(self.model_path)]
+        self._progress(f"speculative decoding, {config.id}: n-gram drafts"
+                       + "".join(f", draft model {Path(d).name}" for d in drafts))  # fmt: skip
+        loader = ModelLoader(client, db=self.db, hardware=self._hardware)
+        return measure_speculation(client, loader.load, config.params(self.base), drafts,
+                                   quick=self.quick, progress=self._progress,
+                                   check=self._check)  # fmt: skip
 
     # Requests -----------------------------------------------------------------------------------
     def _ask(

@@ -179,24 +179,22 @@ class ModelLibrary:
 
     def suggest_draft(self, model_path: str) -> InstalledModel | None:
         """The installed model likeliest to draft well for `model_path` (speculative
-        decoding): the same vocabulary by the headers (tokenizer, token count, BOS and EOS
-        ids), a file at most DRAFT_SIZE_SHARE of the model's; of those the largest (a larger
-        draft is taken more often). The engine checks the token texts when it loads it."""
+        decoding): the largest of draft_candidates (a larger draft is taken more often)."""
+        candidates = self.draft_candidates(model_path)
+        return candidates[0] if candidates else None
+
+    def draft_candidates(self, model_path: str) -> list[InstalledModel]:
+        """The installed models that can draft for `model_path`, the largest first: the same
+        vocabulary by the headers (tokenizer, token count, BOS and EOS ids) and a file at
+        most DRAFT_SIZE_SHARE of the model's. The engine checks the token texts when it loads
+        one."""
+        path = Path(model_path)
         try:
-            wanted = vocabulary_key(read_header(Path(model_path)))
-            size = Path(model_path).stat().st_size
+            wanted = vocabulary_key(read_header(path))
+            size = path.stat().st_size
         except (GgufError, OSError):
-            return None
-        fits = []
-        for model in self.list():
-            if not model.exists or model.size_bytes > DRAFT_SIZE_SHARE * size:
-                continue
-            try:
-                if vocabulary_key(read_header(Path(model.path))) == wanted:
-                    fits.append(model)
-            except GgufError:
-                continue
-        return max(fits, key=lambda m: m.size_bytes, default=None)
+            return []
+        return list(draft_pairs(wanted, size, self.list(), str(path.resolve())).drafts)
 
     def missing(self) -> list[InstalledModel]:
         """Models whose file is gone (moved or deleted outside the app)."""
@@ -219,3 +217,56 @@ class ModelLibrary:
                 return model  # registered already: no header to read again on every start
             self.db["models"].delete(model.id)  # the app moved (update, reinstall)
         return self.add(path, source="starter", name=STARTER_NAME)
+
+
+# -- Which installed models pair for speculative decoding ----------------------------------------
+
+_vocabularies: dict[tuple[str, int], tuple] = {}  # (path, size) -> vocabulary_key
+
+
+def cached_vocabulary(path: str, size: int) -> tuple | None:
+    """vocabulary_key of the model file at `path`, kept per (path, size): pairing reads every
+    installed model's header, once, not at each look. None where the file cannot be read."""
+    key = (path, size)
+    if key not in _vocabularies:
+        try:
+            _vocabularies[key] = vocabulary_key(read_header(Path(path)))
+        except (GgufError, OSError):
+            return None  # not kept: the file may come back (a drive plugged in again)
+    return _vocabularies[key]
+
+
+@dataclass(frozen=True)
+class DraftPairs:
+    """The installed models that pair with one model file for speculative decoding."""
+
+    drafts: tuple[InstalledModel, ...] = ()  # they can draft for the file, the largest first
+    drafts_for: tuple[InstalledModel, ...] = ()  # the file can draft for them, smallest first
+
+
+def draft_pairs(
+    vocabulary: tuple, size: int, models: list[InstalledModel], path: str | None = None
+) -> DraftPairs:
+    """Which of `models` pair with a file of this vocabulary_key and `size` bytes (the
+    installed one at `path`, which is left out, or a file on the Hub), by the rule of
+    ModelLibrary.draft_candidates: the same vocabulary, and a draft's file at most
+    DRAFT_SIZE_SHARE of its model's. Reads headers: call it off the GUI thread."""
+    same = [
+        m
+        for m in models
+        if m.path != path and m.exists and cached_vocabulary(m.path, m.size_bytes) == vocabulary
+    ]
+    drafts = [m for m in same if m.size_bytes <= DRAFT_SIZE_SHARE * size]
+    drafts_for = [m for m in same if size <= DRAFT_SIZE_SHARE * m.size_bytes]
+    return DraftPairs(
+        tuple(sorted(drafts, key=lambda m: m.size_bytes, reverse=True)),
+        tuple(sorted(drafts_for, key=lambda m: m.size_bytes)),
+    )
+
+
+def installed_draft_pairs(model: InstalledModel, models: list[InstalledModel]) -> DraftPairs:
+    """draft_pairs of an installed model among `models` (nothing where its file is unreadable)."""
+    vocabulary = cached_vocabulary(model.path, model.size_bytes)
+    if vocabulary is None:
+        return DraftPairs()
+    return draft_pairs(vocabulary, model.size_bytes, models, model.path)

@@ -76,3 +76,29 @@ def make_window(qtbot, starter_model, deskllm_home, gui_state, load_overrides):
 @pytest.fixture
 def window(make_window) -> MainWindow:
     return make_window()
+
+
+@pytest.fixture
+def make_panel(qtbot, deskllm_home):
+    """make_panel(*extra_models) -> a shown ModelsPanel on this test's library: the starter
+    model and `extra_models` (paths) installed; every one is shut down at the end."""
+    from deskllm import settings as settings_mod
+    from deskllm.gui.live_settings import LiveSettings
+    from deskllm.gui.models_panel import ModelsPanel
+
+    panels: list[ModelsPanel] = []
+
+    def make(*extra_models) -> ModelsPanel:
+        library = ModelLibrary(open_database())
+        library.ensure_starter()
+        for path in extra_models:
+            library.add(path)
+        panel = ModelsPanel(library, LiveSettings(settings_mod.load()))
+        qtbot.addWidget(panel)
+        panel.show()
+        panels.append(panel)
+        return panel
+
+    yield make
+    for panel in panels:
+        panel.shutdown()

@@ -79,6 +79,12 @@ def test_a_run_shows_every_configuration_the_choice_and_stores_it(
     # The chosen configuration's decode speed against context depth, drawn beside the bars.
     assert len(result["depth_tps"]) >= 3
     assert dialog.depth_chart.points and dialog.depth_chart.config == result["chosen"]["id"]
+    # Then speculative decoding on it, and what Automatic speculation will take, said.
+    speculation = result["speculation"]
+    assert [row["label"] for row in speculation["measured"]] == ["n-gram drafts"]
+    chosen = speculation["chosen"]
+    assert f"Automatic speculation: {chosen['label']} ({chosen['reason']})." in \
+        dialog.chosen.text()
     db = open_database()
     assert stored_suite(db, current_keys(), str(starter_model)) == result
 

@@ -7,39 +7,16 @@ import hashlib
 import shutil
 from pathlib import Path
 
-import pytest
 from gui_helpers import REPLY_TIMEOUT_MS
 from hub_fixtures import MAIN_REPO
 
 from deskllm import settings as settings_mod
 from deskllm.downloads import DownloadState
 from deskllm.downloads.partfile import lock_path, part_path, sidecar_path
-from deskllm.gui.live_settings import LiveSettings
 from deskllm.gui.models_panel import ModelsPanel
 from deskllm.gui.qt import QDesktopServices, QMessageBox
-from deskllm.store import ModelLibrary, open_database
 
 HUB_TIMEOUT_MS = 120_000  # the first plan probes the hardware and reads remote headers
-
-
-@pytest.fixture
-def make_panel(qtbot, deskllm_home):
-    """make_panel() -> a shown ModelsPanel on this test's library (the starter registered);
-    every one is shut down at the end."""
-    panels: list[ModelsPanel] = []
-
-    def make() -> ModelsPanel:
-        library = ModelLibrary(open_database())
-        library.ensure_starter()
-        panel = ModelsPanel(library, LiveSettings(settings_mod.load()))
-        qtbot.addWidget(panel)
-        panel.show()
-        panels.append(panel)
-        return panel
-
-    yield make
-    for panel in panels:
-        panel.shutdown()
 
 
 def search(qtbot, panel: ModelsPanel, text: str) -> None:

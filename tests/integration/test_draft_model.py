@@ -9,12 +9,15 @@ import uuid
 from pathlib import Path
 
 import pytest
+from remote_helpers import needs_llama_server
 from test_engine_speculation import (
     COPY,
     QUOTE,
     SAMPLES,
     assert_same_but_near_ties,
     chi_square_same,
+    divergence_report,
+    divergences,
     four_at_once_against_plain,
     greedy,
     token_counts,
@@ -131,3 +134,16 @@ def test_the_library_suggests_a_draft_of_the_same_vocabulary_and_a_smaller_file(
     assert library.suggest_draft(str(draft)) is None  # nothing smaller speaks its tokens
     assert library.suggest_draft(str(gemma_model)) is None  # another vocabulary only
     db.close()
+
+
+@needs_llama_server
+def test_our_draft_replies_diverge_no_more_than_llama_servers(pair, drafting, extra_bufts,
+                                                              tmp_path, record_property):
+    """The same check on llama-server's draft-model speculation (`--spec-type draft-simple`
+    with the same pair): ours may differ from plain decoding only at near-ties; where theirs
+    differ, and how near a tie, is reported."""
+    target, draft = pair
+    ours, theirs = divergences(drafting, target, "draft",
+                               ("--spec-type", "draft-simple", "--model-draft", str(draft)),
+                               tmp_path, extra_bufts)  # fmt: skip
+    divergence_report(ours, theirs, "draft-simple", record_property)

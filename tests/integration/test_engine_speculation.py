@@ -250,27 +250,19 @@ def first_divergence_gap(plain: list[tuple[str, float]], other_text: str) -> flo
     return 0.0  # the other reply is longer: it went on where plain decoding ended
 
 
-@needs_llama_server
-def test_our_drafts_diverge_no_more_than_llama_servers(starter_model, extra_bufts, tmp_path,
-                                                       record_property):
-    """The near-tie check on llama-server's own n-gram drafts (`--spec-type ngram-simple`, the
-    same vendored llama.cpp): its greedy replies against its plain ones, ours against ours.
-    Ours may differ only at near-ties; where theirs differ, and how near a tie, is reported
-    (the test's output and its junit property)."""
-    from deskllm.engine.domain import LoadParams
-
+def divergences(client, model: Path, our_mode: str, server_args: tuple[str, ...], tmp_path,
+                extra_bufts) -> tuple[dict, dict]:  # fmt: skip
+    """The first divergence (the gap of plain decoding's top two there; None: the same reply)
+    of our greedy replies with `our_mode` from our plain ones, on `client` (`model` loaded),
+    and of llama-server's with `server_args` from its own plain ones, per copy task."""
     asks = {"code": COPY, "quote": QUOTE}
     ours, theirs = {}, {}
-    with EngineClient() as client:
-        client.load(LoadParams(str(starter_model), n_ctx=2048, n_threads=2,
-                               use_extra_bufts=extra_bufts, kv_ram_budget_mb=0,
-                               kv_disk_budget_mb=0))  # fmt: skip
-        for name, messages in asks.items():
-            plain, _ = tokens_of(client, messages, greedy("off", max_tokens=200))
-            spec = client.chat(uuid.uuid4().hex, messages,
-                               greedy("ngram", max_tokens=200, token_logprobs=False)).wait()
-            gaps = [(t.token, t.top[0].logprob - t.top[1].logprob) for t in plain]
-            ours[name] = first_divergence_gap(gaps, spec.text)
+    for name, messages in asks.items():
+        plain, _ = tokens_of(client, messages, greedy("off", max_tokens=200))
+        spec = client.chat(uuid.uuid4().hex, messages,
+                           greedy(our_mode, max_tokens=200, token_logprobs=False)).wait()
+        gaps = [(t.token, t.top[0].logprob - t.top[1].logprob) for t in plain]
+        ours[name] = first_divergence_gap(gaps, spec.text)
 
     def ask(server, messages, logprobs: bool) -> dict:
         body = {"model": "spec", "messages": [{"role": m.role, "content": m.content}
@@ -284,27 +276,51 @@ def test_our_drafts_diverge_no_more_than_llama_servers(starter_model, extra_buft
         return r.json()
 
     plain_replies = {}
-    with llama_server(starter_model, "spec", "spec-key", tmp_path, extra_bufts) as server:
+    with llama_server(model, "spec", "spec-key", tmp_path, extra_bufts) as server:
         for name, messages in asks.items():
             content = ask(server, messages, True)["choices"][0]["logprobs"]["content"]
             plain_replies[name] = [
                 (t["token"], t["top_logprobs"][0]["logprob"] - t["top_logprobs"][1]["logprob"])
                 for t in content
             ]
-    with llama_server(starter_model, "spec", "spec-key", tmp_path, extra_bufts,
-                      extra_args=("--spec-type", "ngram-simple")) as server:  # fmt: skip
+    with llama_server(model, "spec", "spec-key", tmp_path, extra_bufts,
+                      extra_args=server_args) as server:  # fmt: skip
         for name, messages in asks.items():
             reply = ask(server, messages, False)
             assert reply["timings"].get("draft_n", 0) > 0, "llama-server drafted nothing"
             theirs[name] = first_divergence_gap(plain_replies[name],
                                                 reply["choices"][0]["message"]["content"])
+    return ours, theirs
+
+
+def divergence_report(ours: dict, theirs: dict, their_mode: str, record_property) -> str:
+    """The test's output and its junit property; asserts ours differ only at near-ties."""
 
     def beyond_near_ties(found: dict) -> int:
         return sum(1 for gap in found.values() if gap is not None and gap >= NEAR_TIE)
 
     report = (f"first divergences (gap of plain's top two; None: same reply): ours {ours}, "
-              f"llama-server ngram-simple {theirs}; beyond near-ties: ours {beyond_near_ties(ours)}"
-              f", theirs {beyond_near_ties(theirs)}")  # fmt: skip
+              f"llama-server {their_mode} {theirs}; beyond near-ties: ours "
+              f"{beyond_near_ties(ours)}, theirs {beyond_near_ties(theirs)}")  # fmt: skip
     print(report)
     record_property("divergence", report)
     assert beyond_near_ties(ours) == 0, report
+    return report
+
+
+@needs_llama_server
+def test_our_drafts_diverge_no_more_than_llama_servers(starter_model, extra_bufts, tmp_path,
+                                                       record_property):
+    """The near-tie check on llama-server's own n-gram drafts (`--spec-type ngram-simple`, the
+    same vendored llama.cpp): its greedy replies against its plain ones, ours against ours.
+    Ours may differ only at near-ties; where theirs differ, and how near a tie, is reported
+    (the test's output and its junit property)."""
+    from deskllm.engine.domain import LoadParams
+
+    with EngineClient() as client:
+        client.load(LoadParams(str(starter_model), n_ctx=2048, n_threads=2,
+                               use_extra_bufts=extra_bufts, kv_ram_budget_mb=0,
+                               kv_disk_budget_mb=0))  # fmt: skip
+        ours, theirs = divergences(client, starter_model, "ngram",
+                                   ("--spec-type", "ngram-simple"), tmp_path, extra_bufts)
+    divergence_report(ours, theirs, "ngram-simple", record_property)
