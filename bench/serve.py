@@ -169,13 +169,25 @@ def start_llama_server(model_path: str, threads: int, ctx: int,
 
 
 def stop(process: subprocess.Popen | None) -> None:
-    if process is not None and process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    """End a server and wait for its children too: deskllm's engine saves its KV states as it
+    exits, and that work must not fall into the next server's measurement."""
+    import psutil
+
+    if process is None or process.poll() is not None:
+        return
+    try:
+        children = psutil.Process(process.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        children = []
+    process.terminate()
+    try:
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    _gone, alive = psutil.wait_procs(children, timeout=30)
+    for child in alive:
+        child.kill()
 
 
 def settle(process: subprocess.Popen, timeout_s: float = 15.0) -> None:
