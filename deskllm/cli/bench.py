@@ -25,7 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--suite",
         action="store_true",
         help="measure every configuration (CPU threads, devices, offload levels), choose the "
-        "fastest and store the result for automatic loads",
+        "fastest, then measure it with speculative decoding (off, n-gram drafts, each "
+        "installed draft model), and store the result for automatic loads",
     )
     p.add_argument(
         "--quick", action="store_true", help="--suite with every shape 8x smaller (seconds)"

@@ -88,7 +88,9 @@ class BenchSuiteDialog(QDialog):
         self.status = QLabel(
             "Measures the model on the CPU with each thread count and on each device the "
             "engine can use; a configuration 10× slower than the best after a few tokens is "
-            "abandoned. Automatic loads then use the fastest that fits."
+            "abandoned. The fastest is then measured with speculative decoding (n-gram "
+            "drafts, each installed draft model). Automatic loads then use the fastest that "
+            "fits, and the speculation that paid."
             + (f" {UNLOAD_NOTE}" if app_model is not None else "")
         )
         self.status.setWordWrap(True)
