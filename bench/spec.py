@@ -131,6 +131,21 @@ def one(client: EngineClient, task: str, mode: str, tokens: int) -> dict:
             "text": reply.text}  # fmt: skip
 
 
+def alternating(client: EngineClient, modes: tuple[str, ...], rounds: int,
+                tokens: int) -> dict[str, dict[str, list[dict]]]:  # fmt: skip
+    """Every task's greedy reply (one()) in every mode, each round, after a short warm-up; the
+    modes' order reversed every other round (what runs second may find the CPU warmer or
+    busier)."""
+    runs: dict[str, dict[str, list[dict]]] = {t: {m: [] for m in modes} for t in TASKS}
+    one(client, "quote", "off", 8)  # warm up
+    for r in range(rounds):
+        order = modes if r % 2 == 0 else modes[::-1]
+        for task in TASKS:
+            for mode in order:
+                runs[task][mode].append(one(client, task, mode, tokens))
+    return runs
+
+
 def four_streams(client: EngineClient, mode: str, tokens: int) -> float:
     """Aggregate tok/s of four replies at once (each copy task twice), end to end."""
     got: list[int] = []
@@ -206,14 +221,9 @@ def measure_draft(path: str, args: argparse.Namespace, extra_bufts: bool) -> dic
     params = LoadParams(target, n_ctx=CTX, n_threads=args.threads,
                         use_extra_bufts=extra_bufts, kv_ram_budget_mb=0, kv_disk_budget_mb=0,
                         draft_model_path=draft)  # fmt: skip
-    runs: dict[str, dict[str, list[dict]]] = {t: {"off": [], "draft": []} for t in TASKS}
     with EngineClient(n_slots=1) as client:
         client.load(params)
-        one(client, "quote", "off", 8)  # warm up
-        for r in range(args.rounds):
-            for task in TASKS:
-                for mode in ("off", "draft") if r % 2 == 0 else ("draft", "off"):
-                    runs[task][mode].append(one(client, task, mode, args.tokens))
+        runs = alternating(client, ("off", "draft"), args.rounds, args.tokens)
     out: dict = {task: {mode: round(statistics.median(x["tg_tps"] for x in got), 2)
                         for mode, got in by_mode.items()}
                  for task, by_mode in runs.items()}  # fmt: skip
@@ -240,19 +250,13 @@ def measure(path: str, args: argparse.Namespace) -> dict:
     extra_bufts = extra_bufts_work(path)
     params = LoadParams(path, n_ctx=CTX, n_threads=args.threads, use_extra_bufts=extra_bufts,
                         kv_ram_budget_mb=0, kv_disk_budget_mb=0)  # fmt: skip
-    runs: dict[str, dict[str, list[dict]]] = {t: {m: [] for m in MODES} for t in TASKS}
     agg: dict[str, list[float]] = {"off": [], "auto": []}
     # One slot for the single streams, as llama-server's --parallel 1: in a pool of four, the
     # cells other replies left are attended to (masked) by every step, which slows a lone
     # stream whatever the mode.
     with EngineClient(n_slots=1) as client:
         client.load(params)
-        one(client, "quote", "off", 8)  # warm up
-        for r in range(args.rounds):
-            order = MODES if r % 2 == 0 else MODES[::-1]
-            for task in TASKS:
-                for mode in order:
-                    runs[task][mode].append(one(client, task, mode, args.tokens))
+        runs = alternating(client, MODES, args.rounds, args.tokens)
     with EngineClient(n_slots=SLOTS) as client:
         client.load(params)
         for r in range(args.rounds):
