@@ -99,16 +99,31 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
+# A free slot is taken for its cache where the prompt shares at least this share of what the
+# slot holds. Otherwise the request takes an empty slot, else the one used least recently (as
+# llama-server does below its --slot-prompt-similarity): taking a slot for a few shared tokens
+# (a chat template's opening) would throw away a long prefix other requests share (a
+# prompt that starts with another slot's tokens gets them by reference wherever it goes).
+SLOT_SIMILARITY = 0.25
+
+
 def choose_slot(slots: Sequence[Slot], prompt: Sequence[int]) -> SlotChoice | None:
-    """The free slot for `prompt` (None: all busy): the one whose tokens share the longest
-    prefix with it; of equals, the one used least recently, so the caches of recent
-    conversations stay. At most all but the last prompt token is reused: its logits must be
-    computed now. (The slots share one KV pool: which slot a request takes costs nothing.)"""
+    """The free slot for `prompt` (None: all busy): of those sharing SLOT_SIMILARITY of
+    their tokens with it, the one sharing the longest prefix (of equals, the one used least
+    recently); without one, an empty slot, else the one used least recently, so the caches of
+    recent conversations stay. At most all but the last prompt token is reused: its logits
+    must be computed now. (The slots share one KV pool: which slot a request takes costs
+    nothing.)"""
     free = [s for s in slots if s.free]
     if not free:
         return None
     shared = {s.index: common_prefix(s.tokens, prompt) for s in free}
-    slot = max(free, key=lambda s: (shared[s.index], -s.last_used, -s.index))
+    similar = [s for s in free
+               if shared[s.index] and shared[s.index] >= SLOT_SIMILARITY * len(s.tokens)]
+    if similar:
+        slot = max(similar, key=lambda s: (shared[s.index], -s.last_used, -s.index))
+    else:
+        slot = min(free, key=lambda s: (bool(s.tokens), s.last_used, s.index))
     return SlotChoice(slot, reusable(shared[slot.index], len(prompt)))
 
 

@@ -6,6 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from deskllm.engine.slots import (
+    SLOT_SIMILARITY,
     CellLedger,
     Slot,
     choose_slot,
@@ -72,23 +73,45 @@ def test_running_streams_get_their_token_before_any_prompt_chunk():
     assert share_budget(0, [], 512) == []
 
 
+def test_a_slot_is_not_given_up_for_a_few_shared_tokens():
+    # A long shared system prompt stays where a short chat shares only the template's opening.
+    long_prefix = [1, 2, 3, *range(10, 40)]
+    slots = [Slot(0, long_prefix, last_used=1), Slot(1, [], last_used=5)]
+    choice = choose_slot(slots, [1, 2, 3, 99])
+    assert choice.slot.index == 1 and choice.reused == 0
+    # Without an empty slot, the one used least recently goes.
+    choice = choose_slot([Slot(0, long_prefix, last_used=9), Slot(1, [7, 8], last_used=5)],
+                         [1, 2, 3, 99])  # fmt: skip
+    assert choice.slot.index == 1 and choice.reused == 0
+    # The next turn of the conversation it holds takes it.
+    assert choose_slot(slots, [*long_prefix, 5, 6]).slot.index == 0
+
+
 @given(
     st.lists(st.lists(st.integers(0, 3), max_size=8), min_size=1, max_size=6),
     st.lists(st.booleans(), min_size=6, max_size=6),
     st.lists(st.integers(0, 3), min_size=1, max_size=8),
 )
-def test_the_choice_is_a_free_slot_with_the_longest_prefix(caches, busy, prompt):
-    slots = [Slot(i, list(c), request_id=i if busy[i] else None) for i, c in enumerate(caches)]
+def test_the_choice_is_the_free_slot_sharing_enough_with_the_longest_prefix(caches, busy, prompt):
+    slots = [Slot(i, list(c), request_id=i if busy[i] else None, last_used=-i)
+             for i, c in enumerate(caches)]  # fmt: skip
     choice = choose_slot(slots, prompt)
     free = [s for s in slots if s.free]
     if not free:
         assert choice is None
         return
     assert choice.slot.free
-    best = max(common_prefix(s.tokens, prompt) for s in free)
-    assert common_prefix(choice.slot.tokens, prompt) == best
-    assert choice.reused == reusable(best, len(prompt))
-    assert choice.reused <= len(prompt) - 1 and len(prompt) - choice.reused != 2 or not best
+    shared = common_prefix(choice.slot.tokens, prompt)
+    similar = [s for s in free if common_prefix(s.tokens, prompt)
+               and common_prefix(s.tokens, prompt) >= SLOT_SIMILARITY * len(s.tokens)]
+    if similar:
+        assert shared == max(common_prefix(s.tokens, prompt) for s in similar)
+    elif any(not s.tokens for s in free):
+        assert not choice.slot.tokens  # an empty slot before any cache is given up
+    else:
+        assert choice.slot.last_used == min(s.last_used for s in free)
+    assert choice.reused == reusable(shared, len(prompt))
+    assert choice.reused <= len(prompt) - 1 and len(prompt) - choice.reused != 2 or not shared
 
 
 @given(st.integers(0, 16), st.lists(st.integers(1, 2000), max_size=6), st.integers(16, 1024))
