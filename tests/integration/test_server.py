@@ -373,9 +373,12 @@ def test_a_request_may_ask_for_speculative_decoding_and_timings_count_the_drafts
              "stairs every evening, lit the lamp and wrote in her log.")  # fmt: skip
     drafts = metric(server, 'deskllm_tokens_total{kind="draft"}')
     messages = ask(f"Here is a text.\n\n{quote}\n\nQuote the text word for word.")
+    # The server's default is the setting's, Automatic (n-gram drafts while they pay): a
+    # request that turns speculation off gets none.
     plain = client.chat.completions.create(model=model, messages=messages, temperature=0,
-                                           max_tokens=48, extra_body={"repeat_penalty": 1.0})
-    assert plain.model_extra["timings"]["draft_n"] == 0  # the server's default: off
+                                           max_tokens=48, extra_body={"speculation": "off",
+                                                                      "repeat_penalty": 1.0})
+    assert plain.model_extra["timings"]["draft_n"] == 0
     spec = client.chat.completions.create(model=model, messages=messages, temperature=0,
                                           max_tokens=48, extra_body={"speculation": "ngram",
                                                                      "repeat_penalty": 1.0})
