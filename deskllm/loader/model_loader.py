@@ -109,11 +109,11 @@ class ModelLoader:
         report = self._reserved(self._hardware())
         if report is None:
             return LoadCheck(replace(params, gpu_auto=False), None, Corrections())
-        speculation = None
+        speculation, beside = None, None
         if params.speculation == "auto":
-            params, speculation = self._measured_speculation(params, report)
+            params, speculation, beside = self._measured_speculation(params, report)
         if params.draft_model_path:
-            report = self._beside_draft(report, params)
+            report = beside or self._beside_draft(report, params)
         corrections = self._corrections(header.architecture)
         planner = FitPlanner(
             report, use_extra_bufts=params.use_extra_bufts, corrections=lambda _a: corrections
@@ -187,38 +187,40 @@ class ModelLoader:
 
     def _measured_speculation(
         self, params: LoadParams, report: HardwareReport
-    ) -> tuple[LoadParams, str | None]:
+    ) -> tuple[LoadParams, str | None, HardwareReport | None]:
         """Automatic speculation as `deskllm bench --suite` chose it for this model file on
         this machine and build (speculation_stage): a draft model, n-gram drafts while they
-        pay ("auto" as it is) or none, and why. Without a measurement, or where the measured
-        draft is gone or no longer fits beside the model, "auto" stays n-gram drafts."""
+        pay ("auto" as it is) or none, and why; with a draft, the machine as the model sees it
+        beside it (_beside_draft, not worked out again). Without a measurement, or where the
+        measured draft is gone or no longer fits beside the model, "auto" stays n-gram
+        drafts."""
         from deskllm.planner.measured_configs import current_keys, stored_suite
 
         if self.db is None:
-            return params, None
+            return params, None, None
         try:
             result = stored_suite(self.db, current_keys(), params.model_path)
             chosen = ((result or {}).get("speculation") or {}).get("chosen")
         except Exception:  # a damaged record must not stop a load
             log.warning("benchmark results unreadable; speculation as without them",
                         exc_info=True)  # fmt: skip
-            return params, None
+            return params, None, None
         if not chosen:
-            return params, None
+            return params, None, None
         why = f"{chosen['label']} ({chosen['reason']}; deskllm bench --suite)"
         if chosen["mode"] == "off":
-            return replace(params, speculation="off"), why
+            return replace(params, speculation="off"), why, None
         draft = chosen.get("draft")
         if chosen["mode"] != "draft" or not draft:
-            return params, why
+            return params, why, None
         if not Path(draft).is_file():
-            return params, f"n-gram drafts: the measured draft model {draft} is gone"
+            return params, f"n-gram drafts: the measured draft model {draft} is gone", None
         with_draft = replace(params, speculation="draft", draft_model_path=draft)
         try:
-            self._beside_draft(report, with_draft)
+            beside = self._beside_draft(report, with_draft)
         except EngineError as exc:
-            return params, f"n-gram drafts: {exc}"
-        return with_draft, why
+            return params, f"n-gram drafts: {exc}", None
+        return with_draft, why, beside
 
     def _reserved(self, report: HardwareReport | None) -> HardwareReport | None:
         reserve = self.reserve() if self.reserve is not None else 0
