@@ -71,7 +71,12 @@ class Settings:
             "q4_0": "q4_0 (a quarter, needs flash attention)",
         }),
     )  # fmt: skip
-    flash_attn: bool = setting(False, SettingSpec("Flash attention"))
+    flash_attn: bool = setting(False, SettingSpec(
+        "Flash attention",
+        help="Needed for a quantized KV cache. A reply then no longer depends on where its "
+             "cells sit in the shared pool: a restored conversation, or one answered beside "
+             "others, answers as it would alone. Slower on a CPU for small models.",
+    ))  # fmt: skip
     speculation: str = setting(
         "auto",
         SettingSpec("Speculative decoding", choices={

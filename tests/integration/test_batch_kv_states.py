@@ -9,6 +9,7 @@ system prompt, so each takes the slot holding the longest match: A's first)."""
 from __future__ import annotations
 
 import shutil
+import threading
 import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -183,3 +184,50 @@ def test_one_slot_and_two_slots_restore_each_others_states(
     assert second.metrics.cached_tokens >= first.metrics.prompt_tokens - 1
     assert first.text == pushed_out.first.text
     assert second.text == cold.text
+
+
+def test_with_flash_attention_a_conversation_restored_where_others_ran_at_once_answers_as_kept(
+    starter_model: Path, extra_bufts: bool, tmp_path
+):
+    """Without flash attention llama.cpp's attention sums run over the whole pool in vector
+    lanes set by where the cells sit, so a conversation restored into cells that concurrent
+    requests used may answer slightly otherwise (docs/server.md, "Where the cells sit"; this
+    test fails without it). With it, the masked cells are skipped and the sums run over the
+    conversation's own cells in order: the restored reply is the one the conversation gets
+    when it keeps its slot, token for token."""
+
+    def others(client: EngineClient) -> None:
+        """Another conversation, then two at once: both slots are used."""
+        ask(client, uuid.uuid4().hex, chat("You answer in one line.", "Tell me about cats."))
+        pair = [threading.Thread(target=ask, args=(client, uuid.uuid4().hex, chat(s, q)))
+                for s, q in (("Geography teacher here.", "Capital of Peru?"),
+                             ("Be brief.", "Name a river."))]  # fmt: skip
+        for t in pair:
+            t.start()
+        for t in pair:
+            t.join(300)
+
+    def second_turn(busy: bool, kv_dir: Path) -> Done:
+        params = params_for(starter_model, extra_bufts, kv_dir, flash_attn=True)
+        key = uuid.uuid4().hex
+        with EngineClient(2) as client:
+            client.load(params)
+            first = ask(client, key, [ChatMessage("user", QUESTION)])
+            assert wait_for(lambda: client.status().unread_tokens == 0)
+            if busy:
+                others(client)
+                assert wait_for(lambda: client.status().unread_tokens == 0)
+            turn_two = [ChatMessage("user", QUESTION), ChatMessage("assistant", first.text),
+                        ChatMessage("user", FOLLOW_UP)]  # fmt: skip
+            return ask(client, key, turn_two)
+
+    kept = second_turn(False, tmp_path / "kept")
+    restored = second_turn(True, tmp_path / "restored")
+    assert kept.metrics.restored_from is None
+    assert restored.metrics.restored_from == "ram"
+    assert restored.metrics.cached_tokens == kept.metrics.cached_tokens
+    assert restored.text == kept.text and kept.text
+
+
+def chat(system: str, question: str) -> list[ChatMessage]:
+    return [ChatMessage("system", system), ChatMessage("user", question)]
