@@ -137,11 +137,17 @@ def test_gui_loads_record_calibration_and_the_next_load_applies_it(qtbot, window
 
 def test_restart_engine_gives_a_fresh_engine_with_the_same_model(qtbot, window):
     first_pid = window.bridge.client.pid
-    with qtbot.waitSignal(window.bridge.loaded, timeout=120_000) as loaded:
-        window.restart_engine()
-        assert not window.chat.send_button.isEnabled()  # no sending while it restarts
+    ended: list = []  # what the restart ended with: loaded, or why it failed (said, not hung)
+    window.bridge.loaded.connect(ended.append)
+    window.bridge.load_failed.connect(ended.append)
+    window.restart_engine()
+    assert not window.chat.send_button.isEnabled()  # no sending while it restarts
+    qtbot.waitUntil(lambda: bool(ended), timeout=120_000)
+    window.bridge.loaded.disconnect(ended.append)
+    window.bridge.load_failed.disconnect(ended.append)
+    assert not isinstance(ended[0], str), ended[0]
     assert window.bridge.client.pid not in (None, first_pid)
-    assert loaded.args[0].model_path == window.model_path
+    assert ended[0].model_path == window.model_path
     assert "context 2048" in window.model_label.full_text()
 
 
