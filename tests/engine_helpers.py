@@ -10,11 +10,16 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from deskllm.engine.domain import Done, Error, Event, Exited, Metrics, TextDelta
+from deskllm.engine.domain import ChatMessage, Done, Error, Event, Exited, Metrics, TextDelta
 from deskllm.engine.reply import Reply
 from deskllm.gguf.header import read_header
 
 BROKEN_TEMPLATE = "{% for m in messages %}{{ m.content }"  # a syntax error
+
+
+def system_and_user(system: str, question: str) -> list[ChatMessage]:
+    """A chat of a system prompt and one user message."""
+    return [ChatMessage("system", system), ChatMessage("user", question)]
 
 
 def with_template(src: Path, dst: Path, template: str) -> Path:

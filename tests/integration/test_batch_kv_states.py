@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
-from engine_helpers import collect, wait_for
+from engine_helpers import collect, system_and_user, wait_for
 
 from deskllm.engine.client import EngineClient
 from deskllm.engine.domain import ChatMessage, Done, LoadParams, Sampling
@@ -202,14 +202,21 @@ def test_with_flash_attention_a_conversation_restored_where_others_ran_at_once_a
 
     def others(client: EngineClient) -> None:
         """Another conversation, then two at once: both slots are used."""
-        ask(client, uuid.uuid4().hex, chat("You answer in one line.", "Tell me about cats."), fixed)
-        pair = [threading.Thread(target=ask, args=(client, uuid.uuid4().hex, chat(s, q), fixed))
-                for s, q in (("Geography teacher here.", "Capital of Peru?"),
+        chat = system_and_user("You answer in one line.", "Tell me about cats.")
+        ask(client, uuid.uuid4().hex, chat, fixed)
+        answered: list[Done] = []
+
+        def one(system: str, question: str) -> None:
+            answered.append(ask(client, uuid.uuid4().hex, system_and_user(system, question), fixed))
+
+        pair = [threading.Thread(target=one, args=chat)
+                for chat in (("Geography teacher here.", "Capital of Peru?"),
                              ("Be brief.", "Name a river."))]  # fmt: skip
         for t in pair:
             t.start()
         for t in pair:
             t.join(300)
+        assert len(answered) == 2  # a failed ask raises on its own thread
 
     def second_turn(busy: bool, kv_dir: Path) -> Done:
         params = params_for(starter_model, extra_bufts, kv_dir, flash_attn=True)
@@ -231,7 +238,3 @@ def test_with_flash_attention_a_conversation_restored_where_others_ran_at_once_a
     assert restored.metrics.restored_from == "ram"
     assert restored.metrics.cached_tokens == kept.metrics.cached_tokens
     assert restored.text == kept.text and kept.text
-
-
-def chat(system: str, question: str) -> list[ChatMessage]:
-    return [ChatMessage("system", system), ChatMessage("user", question)]

@@ -10,9 +10,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from engine_helpers import system_and_user
 
 from deskllm.engine.client import EngineClient
-from deskllm.engine.domain import ChatMessage, Done, LoadParams, Sampling, TextDelta
+from deskllm.engine.domain import Done, LoadParams, Sampling, TextDelta
 
 REPLY = Sampling(temperature=0, max_tokens=16, ignore_eos=True)
 TOPICS = ["keys", "doors", "lamps", "desks", "cups", "maps", "pens", "bags"]
@@ -30,14 +31,10 @@ def params(model: Path, extra_bufts: bool, kv_dir: Path, n_ctx: int = 2048) -> L
                       kv_disk_dir=str(kv_dir))  # fmt: skip
 
 
-def messages(system: str, question: str) -> list[ChatMessage]:
-    return [ChatMessage("system", system), ChatMessage("user", question)]
-
-
 def wave(client: EngineClient, system: str, questions: list[str]) -> list[Done]:
     """Every question at once, each with the system prompt (sent together: each reply is
     read on its own thread, and a reply is sent when first read)."""
-    replies = [client.chat(f"wave-{i}", messages(system, q), REPLY)
+    replies = [client.chat(f"wave-{i}", system_and_user(system, q), REPLY)
                for i, q in enumerate(questions)]  # fmt: skip
     threads = [threading.Thread(target=r.wait) for r in replies]
     for t in threads:
@@ -131,7 +128,7 @@ def first_tokens(client: EngineClient, key: str, system: str, question: str,
                  sampling: Sampling) -> tuple[Done, list]:  # fmt: skip
     """The reply and its tokens' log-probabilities."""
     logprobs: list = []
-    reply = client.chat(key, messages(system, question), sampling)
+    reply = client.chat(key, system_and_user(system, question), sampling)
     for event in reply.events():
         if isinstance(event, TextDelta):
             logprobs.extend(event.logprobs)
