@@ -12,8 +12,10 @@ Output: {"models": {file name: {keys below}}, "n_threads", "tokens", "rounds", "
 "load_avg_1m": [at the start, at the end], and agg_over_llama_server_N and
 ttft_over_llama_server_N: the worst across models}. Every stream decodes a greedy reply of --tokens
 tokens to its own prompt (ignore_eos where the server has it); speeds are medians over the
-rounds and ratios medians of the ratios within each round. Each measurement starts once the
-server's engine is idle (it reads finished replies again in the background). Keys per model:
+rounds and ratios medians of the ratios within each round. Each measurement starts once every
+process the benchmark started is idle (deskllm's engine reads finished replies again in the
+background; llama-cpp-python's server decodes on after its client left), and deskllm serve and
+llama-server take turns going first (--rounds 2 or more, even, is fair). Keys per model:
   agg_tps_N            N concurrent streams through POST /v1/chat/completions (stream=true) of
                        `deskllm serve --parallel 8`: Σ(tokens - 1) / (last end - first text)
   raw_batched_tps_N    a plain loop on the C API in this process, what llama-batched-bench
@@ -190,17 +192,15 @@ def stop(process: subprocess.Popen | None) -> None:
         child.kill()
 
 
-def settle(process: subprocess.Popen, timeout_s: float = 15.0) -> None:
-    """Wait until a server and its engine are idle: after a reply the engine reads it
-    again in the background (its cells then equal a cold read), and that work must not fall
-    into the next measurement, whichever path it times."""
+def settle(timeout_s: float = 15.0) -> None:
+    """Wait until every process this one started is idle (the servers, their engines, the
+    EngineClient's): after a reply deskllm's engine reads it again in the background (its
+    cells then equal a cold read), and llama-cpp-python's server goes on decoding a reply
+    whose client left; that work must not fall into the next measurement, whichever path it
+    times."""
     import psutil
 
-    try:
-        tree = [psutil.Process(process.pid)]
-        tree += tree[0].children(recursive=True)
-    except psutil.NoSuchProcess:
-        return
+    tree = psutil.Process().children(recursive=True)
 
     def cpu_s() -> float:
         total = 0.0
@@ -439,18 +439,22 @@ def measure(model_path: str, args: argparse.Namespace, counts: list[int]) -> dic
                 concurrent(peer_url, 1, 8)
             raw.run(prompts[:1], 8)
             bench_tg(client, 8)
-            for _ in range(args.rounds):
+            servers = [(url, "deskllm serve", "agg", "ttft")]
+            if llama is not None:
+                servers.append((llama_url, "llama-server", "ls", "ls_ttft"))
+            for round_no in range(args.rounds):
+                # Which server goes first swaps each round: the first measurement after
+                # another's burst, or after an idle spell, runs slower on this kind of machine
+                # (a 1-stream TTFT of either server measured there is about twice its usual).
+                order = servers if round_no % 2 == 0 else servers[::-1]
                 for k in counts:  # interleaved: load on the machine hits both paths alike
-                    settle(served)
-                    agg, first = served_agg(url, k, args.tokens, "deskllm serve")
-                    samples["agg"][k].append(agg)
-                    samples["ttft"][k].append(first)
-                    settle(served)
+                    for server_url, name, agg_key, ttft_key in order:
+                        settle()
+                        agg, first = served_agg(server_url, k, args.tokens, name)
+                        samples[agg_key][k].append(agg)
+                        samples[ttft_key][k].append(first)
+                    settle()
                     samples["raw"][k].append(raw.run(prompts[:k], args.tokens))
-                    if llama is not None:
-                        agg, first = served_agg(llama_url, k, args.tokens, "llama-server")
-                        samples["ls"][k].append(agg)
-                        samples["ls_ttft"][k].append(first)
                 for kind, (_, peer_url) in peers.items():
                     samples[f"{kind}_1"].append(aggregate(concurrent(peer_url, 1, args.tokens)))
                     runs = concurrent(peer_url, PEER_STREAMS, args.tokens)
@@ -462,9 +466,9 @@ def measure(model_path: str, args: argparse.Namespace, counts: list[int]) -> dic
                         samples["peer_stream_tps_4"].append([one_stream_tps(r) for r in runs])
                 bench, api = [], []
                 for _ in range(REPEATS):  # alternated, each after the server went idle
-                    settle(served)
+                    settle()
                     bench.append(bench_tg(client, args.tg_tokens))
-                    settle(served)
+                    settle()
                     api.append(api_tg(url, args.tg_tokens))
                 samples["bench_tg"].append(max(bench))
                 samples["api_tg"].append(max(api))
@@ -472,9 +476,9 @@ def measure(model_path: str, args: argparse.Namespace, counts: list[int]) -> dic
             stop(process)  # in memory's way
         peers.clear()
         stop(llama)
-        settle(served)
+        settle()
         idle = ttft(url, args.ttft_samples, 0, 0)
-        settle(served)
+        settle()
         busy = ttft(url, args.ttft_samples, BUSY_STREAMS, args.ctx - 128)
     finally:
         stop(served)

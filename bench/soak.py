@@ -219,7 +219,7 @@ class Server:
             elif quiet_since is None:
                 quiet_since = now
             elif now - quiet_since >= quiet_s:
-                settle(self.process)
+                settle()
                 return
             time.sleep(0.25)
         raise RuntimeError("the server did not go idle")
@@ -723,11 +723,11 @@ def post_burst(soak: Soak) -> dict:
     probe()  # warm
     idle = []
     for _ in range(3):
-        settle(soak.server.process)
+        settle()
         idle.append(probe("idle"))
     after = []
     for _ in range(ROUNDS):
-        settle(soak.server.process)
+        settle()
         threads = [threading.Thread(target=one, args=(i,)) for i in range(BURST)]
         for t in threads:
             t.start()
