@@ -20,6 +20,7 @@ import re
 import struct
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +51,22 @@ class KvState:
     @property
     def size_bytes(self) -> int:
         return len(self.data) + 4 * len(self.tokens)
+
+
+def _shared_prefix(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    """The length of a's and b's common prefix, by halving with tuple comparisons (C speed:
+    a prompt is matched against every state in memory)."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 def make_guard(**parts: object) -> str:
@@ -219,6 +236,22 @@ class KvStateCache:
             return queued, "ram"  # on its way to disk, still in memory
         state = self._read_disk(key)
         return (state, "disk") if state else None
+
+    def longest_prefix(self, tokens: Sequence[int]) -> tuple[KvState, int] | None:
+        """Of the states in memory, the one whose tokens share the longest prefix with
+        `tokens`, and that length (None: none shares any). The cache in RAM is then also a
+        prompt cache keyed by tokens, as llama-server's --cache-ram: another conversation's
+        state gives the prompt its cells wherever the two begin alike (a system prompt, the
+        same question). States on disk are not read for it."""
+        wanted = tuple(tokens)
+        with self._cond:
+            states = list(self._ram.values()) + list(self._queued.values())
+        best, best_n = None, 0
+        for state in states:
+            n = _shared_prefix(state.tokens, wanted)
+            if n > best_n:
+                best, best_n = state, n
+        return (best, best_n) if best is not None else None
 
     def discard(self, key: str) -> None:
         self._ram.pop(key, None)

@@ -163,11 +163,12 @@ class ServerMetrics:
                 f'deskllm_kv_cells{{state="free"}} '
                 f"{kv.kv_cells - kv.kv_cells_used if kv else 0}",
                 "# HELP deskllm_kv_evictions_total Finished conversations' cells freed for room "
-                "(their state kept in the state cache).",
+                "or to keep the pool's span short (their state kept in the state cache).",
                 "# TYPE deskllm_kv_evictions_total counter",
                 f"deskllm_kv_evictions_total {kv.kv_evictions if kv else 0}",
                 "# HELP deskllm_prefix_hits_total Prompts that took a prefix another slot holds"
-                " (its cells shared, not read again), and the tokens they took.",
+                " (its cells shared, not read again) or another conversation's saved state"
+                " holds (restored), and the tokens they took.",
                 "# TYPE deskllm_prefix_hits_total counter",
                 f"deskllm_prefix_hits_total {kv.prefix_hits if kv else 0}",
                 "# TYPE deskllm_prefix_tokens_total counter",

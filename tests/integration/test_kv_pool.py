@@ -142,3 +142,26 @@ def test_a_request_waits_for_cells_rather_than_cut_a_running_reply(two):
     # slot was free: it waited, then took the first's slot, whose cells share its prefix (the
     # free slot held nothing).
     assert second.done.metrics.cached_tokens > 100
+
+
+def test_finished_conversations_leave_the_pool_for_the_cache_and_their_prompts_serve_others(two):
+    """Without flash attention every step reads the pool's whole used span: a finished
+    conversation's cells go to the state cache once they outnumber the running request's
+    (llama-server's --cache-idle-slots), and another conversation whose prompt begins as a
+    saved one's takes its cells from there (a prompt cache keyed by tokens)."""
+    greedy = Sampling(temperature=0, max_tokens=12, ignore_eos=True)
+    a_key, b_key, c_key = (uuid.uuid4().hex for _ in range(3))
+    a_turn = [ChatMessage("user", long_text(40))]  # too long for B to take A's slot
+    first = ask(two, a_key, a_turn, greedy)
+    assert first.metrics.prompt_tokens - 1 <= two.status().kv_cells_used <= first.metrics.n_past
+    before = two.status().kv_evictions
+    b = ask(two, b_key, [ChatMessage("user", "Name three rivers of Europe.")], greedy)
+    status = two.status()
+    assert status.kv_evictions == before + 1  # A's cells outnumbered B's prompt
+    assert status.kv_cells_used <= b.metrics.n_past  # only B's stay
+    assert a_key in status.cached_conversations
+    # C asks A's question: A's saved state gives it the prompt (all but its last token).
+    c = ask(two, c_key, a_turn, greedy)
+    assert c.metrics.restored_from == "ram"
+    assert c.metrics.cached_tokens == c.metrics.prompt_tokens - 1
+    assert c.metrics.evaluated_tokens == 1
