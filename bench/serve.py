@@ -316,9 +316,11 @@ def ttft(url: str, samples: int, background: int, tokens: int) -> list[float]:
             raise RuntimeError("the background streams ended before their first text")
         time.sleep(0.05)
     times, all_running = [], True
+    # The idle and the busy samples begin otherwise: neither finds the other's saved prompt.
+    word = "Busy" if background else "Idle"
     for i in range(samples):
         out: dict = {}
-        stream(url, f"Question {i}: {PROMPTS[-1 - i % 4]}", 1, out)
+        stream(url, f"{word} question {i}: {PROMPTS[-1 - i % 4]}", 1, out)
         times.append(out["first"] - out["sent"])
         all_running = all_running and all(t.is_alive() for t in threads)
     stop_event.set()
