@@ -171,7 +171,7 @@ class Scheduler(LlamaModel):
         """The pool holds n_slots × `params.n_ctx` cells (`n_ctx`), shared."""
         super().__init__(params, use_extra_bufts, on_progress, n_slots)
         self.share = max(self.n_ctx // n_slots, 1)  # one slot's fair share of the pool
-        self.evictions = 0  # idle slots' cells freed for room, for the figures
+        self.evictions = 0  # idle slots emptied (for room, or _clear_idle), for the figures
         self.ledger = CellLedger()  # which pool cells each slot's tokens are
         # Prompts that took a prefix from another slot or another conversation's saved state,
         # for the figures.
