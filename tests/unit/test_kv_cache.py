@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from deskllm.engine import kv_cache
 from deskllm.engine.kv_cache import (
@@ -18,6 +20,7 @@ from deskllm.engine.kv_cache import (
     make_guard,
     model_identity,
 )
+from deskllm.engine.slots import common_prefix
 
 GUARD = make_guard(model={"path": "/m.gguf", "size": 1}, n_ctx=4096, kv_type="f16")
 
@@ -519,3 +522,21 @@ def test_the_writer_thread_ends_when_idle_and_the_next_state_pushed_out_starts_a
     cache.put("b", state(2))
     cache.wait_written()
     assert cache.get("b") == (state(2), "disk")
+
+
+@given(st.lists(st.integers(0, 3), max_size=40), st.lists(st.integers(0, 3), max_size=40))
+def test_the_shared_prefix_by_halving_is_the_common_prefix(a, b):
+    assert kv_cache._shared_prefix(tuple(a), tuple(b)) == common_prefix(a, b)  # token by token
+
+
+def test_the_states_in_ram_answer_a_prompt_by_its_longest_shared_prefix(tmp_path):
+    cache = KvStateCache(GUARD, 100 * SIZE, tmp_path, 100 * SIZE)
+    system = tuple(range(100, 130))
+    cache.put("a", KvState(system + (1, 2, 3), b"a"))
+    cache.put("b", KvState(system + (1, 2, 9, 9), b"b"))
+    cache.put("c", KvState((7,) + system, b"c"))
+    found = cache.longest_prefix([*system, 1, 2, 3, 4])
+    assert found is not None and found[0].data == b"a" and found[1] == 33
+    found = cache.longest_prefix([*system, 5])
+    assert found is not None and found[1] == 30 and found[0].data in (b"a", b"b")
+    assert cache.longest_prefix([8, 8]) is None
