@@ -199,7 +199,6 @@ class Scheduler(LlamaModel):
         self.interrupt: Callable[[], bool] = lambda: False
         self._yield_cb = L.ggml_abort_callback(lambda _data: bool(self.interrupt()))
         self.rereads_yielded = 0  # re-reads stopped for a request, for the figures
-        self._admitted_now = False  # a request got its slot in this step's admission
         self.ended_at = 0.0  # when a reply last ended (finished replies are read after it)
         # Called with a request when it gets its slot (the worker starts its energy span).
         self.on_admitted: Callable[[SlotRun], None] | None = None
@@ -364,7 +363,6 @@ class Scheduler(LlamaModel):
             elif mode != "off":  # "draft" without a draft model loaded: n-gram drafts
                 run.drafter, run.policy = NgramIndex(run.prompt), DraftPolicy(mode == "auto")
             self.running[run.request_id] = run
-            self._admitted_now = True
             if self.on_admitted is not None:
                 self.on_admitted(run)
 
@@ -729,9 +727,9 @@ class Scheduler(LlamaModel):
         for run in [r for r in self.running.values() if r.cancelled]:
             self._release(run)
             outputs.append(StepOutput(run, finish="cancelled"))
-        self._admitted_now = False
+        n_running = len(self.running)
         self._admit(outputs)
-        if self._admitted_now:
+        if len(self.running) > n_running:  # admitting only adds
             self._clear_idle()
         runs = list(self.running.values())
         if not runs:
